@@ -1,0 +1,3 @@
+"""tuner: a configuration autotuner for LLM serving engines (SGLang, vLLM)."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,57 @@
+"""The ``tuner`` command: dispatch to the subcommand modules in :mod:`tuner.commands`."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from tuner import __version__
+from tuner.commands import COMMAND_MODULES
+
+#: Exit code for bad usage or bad input files (argparse uses it too).
+EXIT_USAGE = 2
+
+
+class UsageError(Exception):
+    """Bad input from the user: reported on stderr, exit code 2, nothing launched."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="tuner",
+        description="Configuration autotuner for LLM serving: searches SGLang/vLLM launch settings "
+        "with an Optuna study, one server restart per trial, on a real host or the built-in simulator.",
+    )
+    parser.add_argument("--version", action="version", version=f"tuner {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMAND_MODULES:
+        try:
+            module = importlib.import_module(f"tuner.commands.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name == f"tuner.commands.{name}":
+                continue  # command not shipped in this build
+            raise
+        module.register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "handler", None):
+        parser.print_help()
+        return EXIT_USAGE
+    try:
+        return int(args.handler(args) or 0)
+    except UsageError as exc:
+        print(f"tuner {args.command}: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Serving-engine adapters: flag names, launch rules and rendering per engine."""

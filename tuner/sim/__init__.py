@@ -1,0 +1,1 @@
+"""The simulated serving host: performance model, serving simulation, emulator server."""
