@@ -9,13 +9,10 @@ from collections.abc import Sequence
 
 from tuner import __version__
 from tuner.commands import COMMAND_MODULES
+from tuner.errors import UsageError
 
 #: Exit code for bad usage or bad input files (argparse uses it too).
 EXIT_USAGE = 2
-
-
-class UsageError(Exception):
-    """Bad input from the user: reported on stderr, exit code 2, nothing launched."""
 
 
 def build_parser() -> argparse.ArgumentParser:
