@@ -8,10 +8,12 @@ classifier looks the same whether it came from the simulator or a real server.
 from __future__ import annotations
 
 import argparse
+import re
 import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
 
+from tuner.engines.base import ArgparseEngine, FailurePattern
 from tuner.failures import LaunchFailure
 
 #: Command prefixes that may precede the flags of a full launch command line.
@@ -94,7 +96,7 @@ class ServerArgs:
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # noqa: D102 - argparse hook
+    def error(self, message: str):  # argparse hook: fail like SGLang, do not exit
         raise LaunchFailure("invalid-args", f"{self.prog}: error: {message}")
 
 
@@ -198,3 +200,39 @@ def _replace(args: ServerArgs, **changes) -> ServerArgs:
     from dataclasses import replace
 
     return replace(args, **changes)
+
+
+#: SGLang's log line once the HTTP server answers (``http_server.py``).
+READY_PATTERN = r"The server is fired up and ready to roll!"
+
+#: SGLang's startup-failure wording, most specific first (a CUDA-graph capture OOM also
+#: prints "CUDA out of memory", and every failure prints a traceback).
+FAILURE_PATTERNS: tuple[FailurePattern, ...] = (
+    (re.compile(r"Capture cuda graph failed"), "cuda-graph-oom"),
+    (re.compile(r"Not enough memory\. Please try to increase --mem-fraction-static"), "oom"),
+    (re.compile(r"CUDA out of memory|torch\.OutOfMemoryError|CUDA error: out of memory"), "oom"),
+    (re.compile(r"[Aa]ddress already in use|Port \d+ is (?:already )?in use"), "port-busy"),
+    # argparse: "usage: launch_server.py [-h] ..." then "launch_server.py: error: argument ..."
+    (re.compile(r"^\S+: error: ", re.MULTILINE), "invalid-args"),
+    (re.compile(r"\b(?:AssertionError|ValueError)\b"), "invalid-args"),
+    (re.compile(r"Traceback \(most recent call last\)"), "crash"),
+)
+
+
+class SGLangEngine(ArgparseEngine):
+    """SGLang (``python -m sglang.launch_server``): flags, launch rules and log wording."""
+
+    name = "sglang"
+    health_path = "/health"
+    ready_pattern = READY_PATTERN
+    failure_patterns = FAILURE_PATTERNS
+    default_port = 30000
+
+    def parse(self, argv: Sequence[str]) -> ServerArgs:
+        return parse_args(argv)
+
+    def check(self, argv: Sequence[str], gpu_count: int) -> None:
+        validate(parse_args(argv), gpu_count)
+
+
+ENGINE = SGLangEngine()

@@ -1,0 +1,340 @@
+"""The launcher interface: start a server for one trial, wait until it serves, stop it.
+
+A trial restarts the serving engine with new settings, so every backend (a local
+process, a process on a host reached by ssh, a systemd unit) must answer the same
+questions in the same terms: did it come up, how long did that take, where do I send
+requests, is it still alive, why did it die, and make sure it is gone. The study code
+only sees :class:`Launcher`; the backend is picked by ``--backend``.
+
+The rule every implementation keeps: **the server is always stopped**. ``stop()`` is
+idempotent and never raises; ``wait_healthy`` stops the server itself before raising
+(a failure, a timeout, ``KeyboardInterrupt``); a launcher is a context manager whose
+exit calls ``stop()``; and servers still running when the interpreter exits are
+stopped by an ``atexit`` hook.
+"""
+
+from __future__ import annotations
+
+import atexit
+import errno
+import socket
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, ClassVar
+
+import httpx
+from loguru import logger
+
+from tuner.failures import LaunchFailure
+from tuner.launchers.classify import classify_failure
+
+if TYPE_CHECKING:
+    from tuner.engines.base import Engine, LaunchSpec
+
+#: ``on_progress(elapsed_s, state)``: called after every health probe. ``elapsed_s`` is
+#: the time since launch; ``state`` is ``"starting"`` (no HTTP answer yet),
+#: ``"loading"`` (an HTTP answer other than 200, e.g. 503 while weights load) or
+#: ``"healthy"``.
+ProgressCallback = Callable[[float, str], None]
+
+#: SGLang's defaults, used when the launch command names no ``--host``/``--port``.
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 30000
+
+#: Health probes must answer quickly; a hung probe must not eat the whole timeout.
+DEFAULT_HEALTH_REQUEST_TIMEOUT_S = 10.0
+#: SIGTERM first: engines free GPU memory and NCCL state on a clean shutdown.
+DEFAULT_STOP_GRACE_S = 30.0
+
+
+def flag_value(argv: Sequence[str], *names: str) -> str | None:
+    """The value of the last ``--name VALUE`` or ``--name=VALUE`` in ``argv`` (argparse
+    semantics: the last occurrence wins), or ``None``."""
+    value = None
+    for i, word in enumerate(argv):
+        for name in names:
+            if word == name and i + 1 < len(argv):
+                value = argv[i + 1]
+            elif word.startswith(name + "="):
+                value = word[len(name) + 1 :]
+    return value
+
+
+def server_endpoint(argv: Sequence[str], default_port: int = DEFAULT_PORT) -> tuple[str, int]:
+    """The ``(bind host, port)`` a launch command will listen on, from its ``--host`` and
+    ``--port`` flags (SGLang and vLLM spell them the same)."""
+    host = flag_value(argv, "--host") or DEFAULT_HOST
+    port = flag_value(argv, "--port")
+    try:
+        return host, int(port) if port is not None else default_port
+    except ValueError:
+        raise LaunchFailure("invalid-args", f"--port must be an integer, got {port!r}") from None
+
+
+def connect_host(bind_host: str) -> str:
+    """Where a client on the same host connects to reach a server bound to ``bind_host``:
+    wildcard addresses are reached through loopback."""
+    if bind_host in ("", "0.0.0.0", "*"):
+        return "127.0.0.1"
+    if bind_host in ("::", "[::]"):
+        return "::1"
+    return bind_host
+
+
+def http_url(host: str, port: int) -> str:
+    """``http://host:port`` with IPv6 literals in brackets."""
+    if ":" in host and not host.startswith("["):
+        host = f"[{host}]"
+    return f"http://{host}:{port}"
+
+
+def local_port_in_use(bind_host: str, port: int) -> bool:
+    """True when a server could not listen on ``bind_host:port`` here: something accepts
+    connections on it, or binding it fails with "address in use"."""
+    target = connect_host(bind_host)
+    try:
+        with socket.create_connection((target, port), timeout=0.5):
+            return True
+    except OSError:
+        pass
+    try:
+        infos = socket.getaddrinfo(bind_host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror:
+        return False
+    for family, kind, proto, _name, address in infos:
+        with socket.socket(family, kind, proto) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as servers do
+            try:
+                sock.bind(address)
+            except OSError as exc:
+                if exc.errno == errno.EADDRINUSE:
+                    return True
+    return False
+
+
+def free_local_port() -> int:
+    """A TCP port on loopback that nothing listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def tail_lines(text: str, lines: int) -> str:
+    """The last ``lines`` lines of ``text``."""
+    if lines <= 0:
+        return ""
+    parts = text.splitlines()
+    return "\n".join(parts[-lines:])
+
+
+def read_tail(path: Path, lines: int, max_bytes: int = 256 * 1024) -> str:
+    """The last ``lines`` lines of a (possibly large) text file; empty if it is missing."""
+    try:
+        with path.open("rb") as fh:
+            fh.seek(0, 2)
+            size = fh.tell()
+            fh.seek(max(0, size - max_bytes))
+            data = fh.read()
+    except OSError:
+        return ""
+    return tail_lines(data.decode("utf-8", errors="replace"), lines)
+
+
+class Launcher(ABC):
+    """Starts, watches and stops one serving-engine process at a time.
+
+    Lifecycle of a trial::
+
+        with make_launcher("local", engine=engine) as launcher:
+            launcher.start(spec, log_path=study_dir / "trial-3.log", trial_label="trial-3")
+            seconds = launcher.wait_healthy(timeout_s=1800)
+            ...measure against launcher.base_url()...
+            if not launcher.alive():
+                raise launcher.classify_exit()
+        # stopped here, whatever happened
+
+    A launcher can be reused: ``start`` stops the server it started before. Subclasses
+    implement the abstract methods; :meth:`wait_healthy` is shared and relies on
+    :meth:`alive`, :meth:`base_url`, :meth:`classify_exit` and :meth:`stop`.
+    """
+
+    #: The ``--backend`` name.
+    backend: ClassVar[str] = ""
+
+    def __init__(
+        self,
+        engine: Engine | None = None,
+        *,
+        stop_grace_s: float = DEFAULT_STOP_GRACE_S,
+        health_request_timeout_s: float = DEFAULT_HEALTH_REQUEST_TIMEOUT_S,
+    ):
+        """``engine`` supplies the health path, ready line and failure patterns; when
+        ``None`` it is looked up from ``spec.engine`` at ``start``. ``stop_grace_s`` is how
+        long ``stop`` waits after SIGTERM before SIGKILL."""
+        self.engine = engine
+        self.stop_grace_s = stop_grace_s
+        self.health_request_timeout_s = health_request_timeout_s
+        self.spec: LaunchSpec | None = None
+        self.log_path: Path | None = None
+        self.trial_label: str = ""
+        self._launched_at: float | None = None
+
+    # -- the interface -------------------------------------------------------------
+
+    @abstractmethod
+    def start(self, spec: LaunchSpec, *, log_path: Path, trial_label: str) -> None:
+        """Launch the server described by ``spec`` and return without waiting for it.
+
+        The server's output goes to ``log_path`` (for remote backends: fetched there).
+        Raises ``LaunchFailure("port-busy")`` without launching anything when the port
+        the server would listen on is taken, and ``LaunchFailure("unreachable")`` when
+        the host cannot be reached.
+        """
+
+    @abstractmethod
+    def base_url(self) -> str:
+        """``http://host:port`` where the load generator reaches the server."""
+
+    @abstractmethod
+    def alive(self) -> bool:
+        """Whether the server process still runs (not whether it is healthy)."""
+
+    @abstractmethod
+    def log_tail(self, lines: int = 80) -> str:
+        """The last ``lines`` lines of the server's log."""
+
+    @abstractmethod
+    def classify_exit(self) -> LaunchFailure:
+        """Why the server died: the failure class from its exit status and its log
+        (``crash`` unless the log says otherwise). Meant for a server that died while
+        being measured; returns the failure, the caller raises it."""
+
+    @abstractmethod
+    def stop(self) -> None:
+        """Stop the server and everything it started: SIGTERM, a grace period, then
+        SIGKILL. Always safe to call, idempotent, never raises."""
+
+    # -- shared behaviour -------------------------------------------------------------
+
+    def wait_healthy(
+        self, timeout_s: float, *, poll_s: float = 2.0, on_progress: ProgressCallback | None = None
+    ) -> float:
+        """Poll the engine's health endpoint until it answers 200; return the seconds from
+        launch to healthy.
+
+        Raises :class:`LaunchFailure`: classified from the exit status and log when the
+        server exits first (see :mod:`tuner.launchers.classify`), ``timeout`` when it is
+        not healthy within ``timeout_s`` seconds from this call, ``unreachable`` when a
+        remote host stops answering. The server is stopped before any exception leaves
+        this method, ``KeyboardInterrupt`` included (which is re-raised as is).
+        """
+        if self.spec is None or self._launched_at is None:
+            raise RuntimeError("wait_healthy() before start()")
+        deadline = time.monotonic() + timeout_s
+        timeout = httpx.Timeout(self.health_request_timeout_s, connect=min(2.0, self.health_request_timeout_s))
+        state = "starting"
+        try:
+            # trust_env=False: an HTTP(S)_PROXY set for downloads must not capture probes.
+            with httpx.Client(timeout=timeout, trust_env=False) as client:
+                while True:
+                    if not self.alive():
+                        raise self.classify_exit()
+                    state = self._probe(client)
+                    elapsed = time.monotonic() - self._launched_at
+                    if on_progress is not None:
+                        on_progress(elapsed, state)
+                    if state == "healthy":
+                        return elapsed
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        raise LaunchFailure(
+                            "timeout",
+                            f"{self.health_url()} not healthy within {timeout_s:g} s "
+                            f"(last state: {state})",
+                        )
+                    self._pause(min(poll_s, remaining))
+        except BaseException:
+            self.stop()
+            raise
+
+    def health_url(self) -> str:
+        """The engine's health endpoint under :meth:`base_url`."""
+        return self.base_url() + self._engine().health_path
+
+    def __enter__(self) -> Launcher:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    # -- helpers for subclasses ---------------------------------------------------
+
+    def _probe(self, client: httpx.Client) -> str:
+        """One health request: ``healthy``, ``loading`` (HTTP answer, not 200) or
+        ``starting`` (no HTTP answer)."""
+        try:
+            response = client.get(self.health_url())
+        except httpx.HTTPError:
+            return "starting"
+        return "healthy" if response.status_code == 200 else "loading"
+
+    def _pause(self, seconds: float) -> None:
+        """Sleep between health probes; subclasses may wake early when the server exits."""
+        time.sleep(seconds)
+
+    def _engine(self) -> Engine:
+        if self.engine is None:
+            if self.spec is None:
+                raise RuntimeError("no engine: pass engine= or start() a spec first")
+            self.engine = resolve_engine(self.spec.engine)
+        return self.engine
+
+    def _begin(self, spec: LaunchSpec, log_path: Path, trial_label: str) -> None:
+        """Common start bookkeeping: stop a previous server, remember the trial."""
+        self.stop()
+        self.spec = spec
+        self.log_path = Path(log_path)
+        self.trial_label = trial_label
+        self._launched_at = None
+        self._engine()
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+
+    def _launched(self) -> None:
+        """Mark the moment of launch (time to healthy counts from here)."""
+        self._launched_at = time.monotonic()
+        _RUNNING.add(self)
+
+    def _stopped(self) -> None:
+        _RUNNING.discard(self)
+
+    def _classify(self, returncode: int | None, log_text: str) -> LaunchFailure:
+        engine = self._engine()
+        return classify_failure(
+            returncode=returncode,
+            log_text=log_text,
+            patterns=list(getattr(engine, "failure_patterns", ()) or ()),
+            ready_pattern=getattr(engine, "ready_pattern", None),
+            what=self.trial_label or "server",
+        )
+
+
+def resolve_engine(name: str) -> Engine:
+    """The engine adapter registered under ``name`` (``"sglang"``...)."""
+    from tuner.engines import base as engines_base
+
+    return engines_base.get_engine(name)
+
+
+#: Launchers with a server that may still run; stopped at interpreter exit.
+_RUNNING: set[Launcher] = set()
+
+
+@atexit.register
+def _stop_all() -> None:
+    for launcher in list(_RUNNING):
+        try:
+            launcher.stop()
+        except Exception as exc:  # stop() should not raise; never block exit on it
+            logger.warning(f"stopping {launcher.trial_label or launcher.backend} at exit failed: {exc}")

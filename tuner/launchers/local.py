@@ -1,0 +1,159 @@
+"""The ``local`` backend: the server as a child process of the tuner, on this host."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from loguru import logger
+
+from tuner.errors import UsageError
+from tuner.failures import LaunchFailure
+from tuner.launchers.base import (
+    Launcher,
+    connect_host,
+    http_url,
+    local_port_in_use,
+    read_tail,
+    server_endpoint,
+)
+
+if TYPE_CHECKING:
+    from tuner.engines.base import Engine, LaunchSpec
+
+
+def process_group_alive(pgid: int) -> bool:
+    """Whether any process of group ``pgid`` still exists (zombies count until reaped)."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def stop_process_group(proc: subprocess.Popen, grace_s: float) -> None:
+    """SIGTERM the process group led by ``proc``, wait up to ``grace_s`` for the whole
+    group to be gone, then SIGKILL what is left. ``proc`` is reaped."""
+    pgid = proc.pid  # start_new_session=True: the child leads its own session and group
+    deadline = time.monotonic() + grace_s
+    try:
+        os.killpg(pgid, signal.SIGTERM)
+    except ProcessLookupError:
+        pass
+    while time.monotonic() < deadline:
+        proc.poll()  # reap the leader, so that it does not keep the group "alive"
+        if proc.returncode is not None and not process_group_alive(pgid):
+            return
+        time.sleep(0.05)
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL does not get ignored
+        logger.warning(f"process {pgid} did not exit after SIGKILL")
+    end = time.monotonic() + 5
+    while process_group_alive(pgid) and time.monotonic() < end:
+        time.sleep(0.05)
+
+
+class LocalLauncher(Launcher):
+    """The launch command as a child process in its own session and process group.
+
+    Output (stdout and stderr) goes to the trial's log file. Health is polled over
+    HTTP on the address from the command's ``--host``/``--port``. ``stop`` signals the
+    whole process group, so the engine's worker processes (SGLang starts one scheduler
+    per GPU, plus a detokenizer) go with it.
+    """
+
+    backend = "local"
+
+    def __init__(
+        self,
+        engine: Engine | None = None,
+        *,
+        cwd: Path | None = None,
+        inherit_env: bool = True,
+        **options: float,
+    ):
+        """``cwd``: working directory of the server (default: the tuner's). The server
+        gets the tuner's environment plus ``spec.env`` (``inherit_env=False``: only
+        ``spec.env`` and ``PATH``). Other options: see :class:`Launcher`."""
+        super().__init__(engine, **options)
+        self.cwd = cwd
+        self.inherit_env = inherit_env
+        self.proc: subprocess.Popen | None = None
+        self._owned = False  # True from launch until stop(): the group is ours to stop
+        self._host = "127.0.0.1"
+        self._port = 0
+
+    def start(self, spec: LaunchSpec, *, log_path: Path, trial_label: str) -> None:
+        self._begin(spec, log_path, trial_label)
+        self.proc = None
+        bind_host, port = server_endpoint(spec.argv, getattr(self._engine(), "default_port", 30000))
+        self._host, self._port = connect_host(bind_host), port
+        if local_port_in_use(bind_host, port):
+            raise LaunchFailure("port-busy", f"port {port} on {bind_host} is already in use; nothing launched")
+        env = dict(os.environ) if self.inherit_env else {"PATH": os.environ.get("PATH", os.defpath)}
+        env.update(spec.env)
+        with open(self.log_path, "wb") as log:
+            try:
+                self.proc = subprocess.Popen(
+                    list(spec.argv),
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    env=env,
+                    cwd=self.cwd,
+                    start_new_session=True,
+                )
+            except OSError as exc:
+                raise UsageError(f"cannot run {spec.argv[0]!r}: {exc.strerror or exc}") from exc
+        self._owned = True
+        self._launched()
+
+    def base_url(self) -> str:
+        return http_url(self._host, self._port)
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    @property
+    def pgid(self) -> int | None:
+        """The server's process group (its pid), while this launcher owns one."""
+        return self.proc.pid if self.proc is not None else None
+
+    def log_tail(self, lines: int = 80) -> str:
+        return read_tail(self.log_path, lines) if self.log_path else ""
+
+    def classify_exit(self) -> LaunchFailure:
+        returncode = self.proc.poll() if self.proc is not None else None
+        if returncode is None and self.proc is not None:
+            return LaunchFailure("crash", f"{self.trial_label}: server still running (pid {self.proc.pid})")
+        return self._classify(returncode, read_tail(self.log_path, 10**6) if self.log_path else "")
+
+    def stop(self) -> None:
+        self._stopped()
+        if not self._owned or self.proc is None:
+            return
+        self._owned = False  # the Popen object stays: its exit status serves classify_exit()
+        try:
+            stop_process_group(self.proc, self.stop_grace_s)
+        except Exception as exc:  # stop() never raises
+            logger.warning(f"stopping {self.trial_label} (pgid {self.proc.pid}) failed: {exc}")
+
+    def _pause(self, seconds: float) -> None:
+        if self.proc is None:
+            time.sleep(seconds)
+            return
+        try:
+            self.proc.wait(timeout=seconds)  # wakes at once when the server exits
+        except subprocess.TimeoutExpired:
+            pass
