@@ -9,7 +9,14 @@ FailureClass = Literal[
 ]
 
 FAILURE_CLASSES: tuple[str, ...] = (
-    "invalid-args", "oom", "cuda-graph-oom", "crash", "timeout", "port-busy", "unreachable", "interrupted",
+    "invalid-args",
+    "oom",
+    "cuda-graph-oom",
+    "crash",
+    "timeout",
+    "port-busy",
+    "unreachable",
+    "interrupted",
 )
 
 

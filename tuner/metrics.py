@@ -64,8 +64,11 @@ def summarize(level: LevelRecords) -> LevelMetrics:
         if not r.ok:
             errors[r.error or "incomplete"] += 1
     per_stream = np.array(
-        [r.output_tokens / (r.end - r.first_token) for r in done
-         if r.first_token is not None and r.end is not None and r.end > r.first_token]  # type: ignore[operator]
+        [
+            r.output_tokens / (r.end - r.first_token)
+            for r in done
+            if r.first_token is not None and r.end is not None and r.end > r.first_token
+        ]  # type: ignore[operator]
     )
     return LevelMetrics(
         concurrency=level.concurrency,

@@ -152,8 +152,9 @@ def validate(args: ServerArgs, gpu_count: int) -> ServerArgs:
     """
     for name in ("tp_size", "ep_size", "pp_size", "dp_size", "num_continuous_decode_steps"):
         if getattr(args, name) < 1:
-            raise LaunchFailure("invalid-args", f"ValueError: {name} must be a positive integer, got "
-                                f"{getattr(args, name)}")
+            raise LaunchFailure(
+                "invalid-args", f"ValueError: {name} must be a positive integer, got {getattr(args, name)}"
+            )
     if args.mem_fraction_static is not None and not 0.0 < args.mem_fraction_static < 1.0:
         raise LaunchFailure(
             "invalid-args",
@@ -170,21 +171,33 @@ def validate(args: ServerArgs, gpu_count: int) -> ServerArgs:
             "AssertionError: moe_dense_tp_size only supports None, 1, or tp_size currently",
         )
     if args.enable_eplb and args.ep_size <= 1:
-        raise LaunchFailure("invalid-args", "AssertionError  (server_args.py: assert self.ep_size > 1, "
-                            "raised for --enable-eplb)")
+        raise LaunchFailure(
+            "invalid-args",
+            "AssertionError  (server_args.py: assert self.ep_size > 1, raised for --enable-eplb)",
+        )
     if args.ep_size > args.tp_size:
         # Reported behaviour: moe_tp_size = tp_size // ep_size == 0, then a division by it.
-        raise LaunchFailure("crash", "ZeroDivisionError: integer division or modulo by zero "
-                            "(moe_tp_size = tp_size // ep_size)")
+        raise LaunchFailure(
+            "crash",
+            "ZeroDivisionError: integer division or modulo by zero (moe_tp_size = tp_size // ep_size)",
+        )
     if args.tp_size % args.ep_size:
-        raise LaunchFailure("invalid-args", f"AssertionError: tp_size ({args.tp_size}) must be divisible "
-                            f"by ep_size ({args.ep_size})")
+        raise LaunchFailure(
+            "invalid-args",
+            f"AssertionError: tp_size ({args.tp_size}) must be divisible by ep_size ({args.ep_size})",
+        )
     if args.enable_dp_attention and args.tp_size % args.dp_size:
-        raise LaunchFailure("invalid-args", f"AssertionError: tp_size ({args.tp_size}) must be divisible "
-                            f"by dp_size ({args.dp_size}) with --enable-dp-attention")
+        raise LaunchFailure(
+            "invalid-args",
+            f"AssertionError: tp_size ({args.tp_size}) must be divisible "
+            f"by dp_size ({args.dp_size}) with --enable-dp-attention",
+        )
     if args.pp_size > 1 and args.speculative_algorithm:
-        raise LaunchFailure("invalid-args", "ValueError: Currently speculative decoding does not support "
-                            "pipeline parallelism (--pp-size > 1).")
+        raise LaunchFailure(
+            "invalid-args",
+            "ValueError: Currently speculative decoding does not support "
+            "pipeline parallelism (--pp-size > 1).",
+        )
     if args.gpus_needed > gpu_count:
         raise LaunchFailure(
             "invalid-args",

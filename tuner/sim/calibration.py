@@ -41,18 +41,26 @@ class Row:
 
     name: str
     flags: str
-    single: float | None = None          # measured C=1 tok/s
-    peak: float | None = None            # measured peak aggregate tok/s over C <= 256
+    single: float | None = None  # measured C=1 tok/s
+    peak: float | None = None  # measured peak aggregate tok/s over C <= 256
     note: str = ""
 
 
 ROWS: tuple[Row, ...] = (
     Row("TP8 (NCCL tuned)", "--tp-size 8", single=98, peak=1291),
     Row("TP8 + EP8", "--tp-size 8 --ep-size 8", single=65, peak=1519, note="measured 1500-1538"),
-    Row("TP8 + EP4", "--tp-size 8 --ep-size 4", single=69, peak=1530,
-        note="saturates at lower concurrency than EP8"),
-    Row("EP8 + EPLB", "--tp-size 8 --ep-size 8 --enable-eplb",
-        note="C=1 ~8x slower than EP8; peak ~40% below EP8"),
+    Row(
+        "TP8 + EP4",
+        "--tp-size 8 --ep-size 4",
+        single=69,
+        peak=1530,
+        note="saturates at lower concurrency than EP8",
+    ),
+    Row(
+        "EP8 + EPLB",
+        "--tp-size 8 --ep-size 8 --enable-eplb",
+        note="C=1 ~8x slower than EP8; peak ~40% below EP8",
+    ),
     Row("TP8 without CUDA graphs", "--tp-size 8 --disable-cuda-graph", note="C=1 ~4x slower than TP8"),
     Row("PP8", "--pp-size 8", note="below TP8 at C=1 and at peak"),
 )
@@ -69,7 +77,9 @@ class Result:
 
 def simulate_row(row: Row, *, noise: float = 0.0, seed: int = 0) -> Result:
     """Run the reference sweep for one row on the simulator."""
-    model = PerfModel.build(REFERENCE_HARDWARE, REFERENCE_MODEL, f"{REFERENCE_FLAGS} {row.flags}", REFERENCE_NCCL)
+    model = PerfModel.build(
+        REFERENCE_HARDWARE, REFERENCE_MODEL, f"{REFERENCE_FLAGS} {row.flags}", REFERENCE_NCCL
+    )
     metrics = [summarize(lv) for lv in simulate_sweep(model, REFERENCE_WORKLOAD, seed=seed, noise=noise)]
     levels = {m.concurrency: m.output_tok_s for m in metrics}
     single = levels[1]
@@ -103,8 +113,11 @@ def qualitative_checks(results: list[Result]) -> list[tuple[str, bool, str]]:
         ("no CUDA graphs ~4x slower at C=1 (3x-5x)", 3 <= g_ratio <= 5, f"{g_ratio:.1f}x"),
         ("PP8 below TP8 at C=1", pp8.single < tp8.single, f"{pp8.single:.1f} < {tp8.single:.1f}"),
         ("PP8 below TP8 at peak", pp8.peak < tp8.peak, f"{pp8.peak:.0f} < {tp8.peak:.0f}"),
-        ("TP8 wins single-stream, EP wins peak", tp8.single > ep8.single and ep8.peak > tp8.peak,
-         f"{tp8.single:.0f}>{ep8.single:.0f}, {ep8.peak:.0f}>{tp8.peak:.0f}"),
+        (
+            "TP8 wins single-stream, EP wins peak",
+            tp8.single > ep8.single and ep8.peak > tp8.peak,
+            f"{tp8.single:.0f}>{ep8.single:.0f}, {ep8.peak:.0f}>{tp8.peak:.0f}",
+        ),
     ]
 
 
@@ -119,8 +132,10 @@ def format_table(results: list[Result]) -> str:
         f"{'err':>6s}      at C",
     ]
     for r in results:
-        lines.append(f"{r.row.name:26s} {_cell(r.single, r.row.single)}   {_cell(r.peak, r.row.peak)}  "
-                     f"{r.peak_level:4d}")
+        lines.append(
+            f"{r.row.name:26s} {_cell(r.single, r.row.single)}   {_cell(r.peak, r.row.peak)}  "
+            f"{r.peak_level:4d}"
+        )
     lines += ["", "qualitative rows:"]
     for claim, ok, fig in qualitative_checks(results):
         lines.append(f"  [{'ok' if ok else 'OFF'}] {claim}: {fig}")
@@ -128,3 +143,12 @@ def format_table(results: list[Result]) -> str:
     for r in results:
         lines.append(f"  {r.row.name:26s} " + "  ".join(f"C={c}:{v:.0f}" for c, v in r.levels.items()))
     return "\n".join(lines)
+
+
+def all_within_tolerance(results: list[Result]) -> bool:
+    """True when every numeric cell is within TOLERANCE and every qualitative row holds."""
+    for r in results:
+        for model, measured in ((r.single, r.row.single), (r.peak, r.row.peak)):
+            if measured is not None and abs(model / measured - 1) > TOLERANCE:
+                return False
+    return all(ok for _, ok, _ in qualitative_checks(results))

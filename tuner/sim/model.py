@@ -151,7 +151,9 @@ class _Layout:
     pp: int
 
 
-def expected_busiest_experts(batch: float, experts: int, top_k: int, groups: int, overdispersion: float) -> float:
+def expected_busiest_experts(
+    batch: float, experts: int, top_k: int, groups: int, overdispersion: float
+) -> float:
     """Distinct experts the busiest of ``groups`` equal EP groups touches for ``batch`` tokens.
 
     With uniform routing each expert is touched with ``p = 1-(1-k/E)**B``; a group of
@@ -172,8 +174,13 @@ def expected_busiest_experts(batch: float, experts: int, top_k: int, groups: int
 class PerfModel:
     """Timing and memory of one launched configuration (see module docstring)."""
 
-    def __init__(self, hw: HardwareProfile, model: ModelProfile, args: sglang.ServerArgs,
-                 env: Mapping[str, str] | None = None):
+    def __init__(
+        self,
+        hw: HardwareProfile,
+        model: ModelProfile,
+        args: sglang.ServerArgs,
+        env: Mapping[str, str] | None = None,
+    ):
         self.hw = hw
         self.model = model
         self.args = sglang.validate(args, hw.gpu_count)
@@ -186,8 +193,9 @@ class PerfModel:
         self._base_cache: dict[int, tuple[float, float, float]] = {}
 
     @classmethod
-    def build(cls, hardware: str, model: str, argv: Sequence[str] | str,
-              env: Mapping[str, str] | None = None) -> PerfModel:
+    def build(
+        cls, hardware: str, model: str, argv: Sequence[str] | str, env: Mapping[str, str] | None = None
+    ) -> PerfModel:
         """Parse SGLang flags and build the model; raises :class:`LaunchFailure` on a launch
         SGLang would refuse (``invalid-args``), run out of memory at (``oom``,
         ``cuda-graph-oom``) or crash on."""
@@ -242,8 +250,9 @@ class PerfModel:
         cap = int(kv_tokens * RUNNING_REQUESTS_PER_KV_TOKEN)
         requested = a.max_running_requests
         running = min(requested or DEFAULT_MAX_RUNNING_REQUESTS, cap)
-        graph_default = (sglang.DEFAULT_CUDA_GRAPH_MAX_BS_TP4 if a.tp_size >= 4
-                         else sglang.DEFAULT_CUDA_GRAPH_MAX_BS)
+        graph_default = (
+            sglang.DEFAULT_CUDA_GRAPH_MAX_BS_TP4 if a.tp_size >= 4 else sglang.DEFAULT_CUDA_GRAPH_MAX_BS
+        )
         graph_bs = min(a.cuda_graph_max_bs or graph_default, running) if a.cuda_graph_enabled else 0
         graph_gib = (CUDA_GRAPH_BASE_GIB + CUDA_GRAPH_PER_BS_GIB * graph_bs) if graph_bs else 0.0
         chunk = a.chunked_prefill_size or sglang.DEFAULT_CHUNKED_PREFILL_SIZE
@@ -253,11 +262,20 @@ class PerfModel:
         nccl_gib = self.nccl.buffers_gib()
         headroom = gpu.memory_gib * (1 - frac)
         plan = MemoryPlan(
-            gpu_memory_gib=gpu.memory_gib, mem_fraction_static=frac, weights_gib_per_gpu=weights,
-            kv_pool_gib=kv_pool, kv_bytes_per_token=kv_per_token, kv_tokens=kv_tokens,
-            max_running_requests=running, requested_max_running_requests=requested,
-            cuda_graph_max_bs=graph_bs, cuda_graph_gib=graph_gib, nccl_buffers_gib=nccl_gib,
-            activation_gib=act, headroom_gib=headroom, chunked_prefill_size=chunk,
+            gpu_memory_gib=gpu.memory_gib,
+            mem_fraction_static=frac,
+            weights_gib_per_gpu=weights,
+            kv_pool_gib=kv_pool,
+            kv_bytes_per_token=kv_per_token,
+            kv_tokens=kv_tokens,
+            max_running_requests=running,
+            requested_max_running_requests=requested,
+            cuda_graph_max_bs=graph_bs,
+            cuda_graph_gib=graph_gib,
+            nccl_buffers_gib=nccl_gib,
+            activation_gib=act,
+            headroom_gib=headroom,
+            chunked_prefill_size=chunk,
         )
         if graph_gib and headroom < nccl_gib + act + graph_gib:
             raise LaunchFailure(
@@ -292,7 +310,10 @@ class PerfModel:
         # Routed experts: the busiest EP group's distinct experts, each 1/moe_tp of it.
         tokens_per_rank = b / lay.dp if lay.dp > 1 else b
         busiest = expected_busiest_experts(
-            b, m.moe.routed_experts, m.moe.experts_per_token, lay.ep_groups,
+            b,
+            m.moe.routed_experts,
+            m.moe.experts_per_token,
+            lay.ep_groups,
             1.0 if a.enable_eplb else ROUTING_OVERDISPERSION,
         )
         width = m.moe.expert_intermediate_size / lay.moe_tp
@@ -323,7 +344,9 @@ class PerfModel:
         fixed = 0.0
         if a.enable_eplb:
             fixed += lay.moe_layers * EPLB_RECORD_US_PER_LAYER * 1e-6
-            moved = EPLB_MOVED_FRACTION * lay.moe_layers * m.moe.routed_experts * self._expert_bytes() / lay.tp
+            moved = (
+                EPLB_MOVED_FRACTION * lay.moe_layers * m.moe.routed_experts * self._expert_bytes() / lay.tp
+            )
             fixed += moved / (self.hw.interconnect.p2p_gbs * 1e9) / EPLB_REBALANCE_ITERATIONS
         return gpu_s + graph_overhead, eager_cpu, fixed
 
@@ -375,7 +398,9 @@ class PerfModel:
         if tokens <= 0:
             return 0.0
         m, gpu, lay = self.model, self.hw.gpu, self.layout
-        flops = gpu.dense_tflops.get(m.precision.compute, gpu.dense_tflops["bf16"]) * 1e12 * COMPUTE_EFFICIENCY
+        flops = (
+            gpu.dense_tflops.get(m.precision.compute, gpu.dense_tflops["bf16"]) * 1e12 * COMPUTE_EFFICIENCY
+        )
         active = m.active_params / lay.tp / lay.pp
         t_compute = 2 * tokens * active / flops
         gpu_s, eager_cpu, fixed = self._forward_parts(float(tokens))
@@ -396,10 +421,19 @@ class PerfModel:
         a = self.args
         return {
             "label": a.label(),
-            "tp_size": a.tp_size, "ep_size": a.ep_size, "pp_size": a.pp_size, "dp_size": a.dp_size,
-            "cuda_graph": a.cuda_graph_enabled, "num_continuous_decode_steps": a.num_continuous_decode_steps,
+            "tp_size": a.tp_size,
+            "ep_size": a.ep_size,
+            "pp_size": a.pp_size,
+            "dp_size": a.dp_size,
+            "cuda_graph": a.cuda_graph_enabled,
+            "num_continuous_decode_steps": a.num_continuous_decode_steps,
             **self.memory.as_dict(),
-            "nccl": {"protocols": list(self.nccl.allowed_protocols), "algorithm": self.nccl.algorithm,
-                     "channels": self.nccl.channels, "nthreads": self.nccl.nthreads,
-                     "buffsize": self.nccl.buffsize, "p2p": self.nccl.p2p},
+            "nccl": {
+                "protocols": list(self.nccl.allowed_protocols),
+                "algorithm": self.nccl.algorithm,
+                "channels": self.nccl.channels,
+                "nthreads": self.nccl.nthreads,
+                "buffsize": self.nccl.buffsize,
+                "p2p": self.nccl.p2p,
+            },
         }

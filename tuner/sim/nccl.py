@@ -91,24 +91,33 @@ def resolve(env: Mapping[str, str], link: Interconnect) -> NcclConfig:
         canon = {p.lower(): p for p in PROTOCOLS}
         bad = [p for p in names if p.lower() not in canon]
         if bad:
-            raise LaunchFailure("crash", f"NCCL WARN Invalid NCCL_PROTO value {proto!r}: unknown "
-                                f"protocol {bad[0]!r}\nncclInvalidUsage: invalid usage")
+            raise LaunchFailure(
+                "crash",
+                f"NCCL WARN Invalid NCCL_PROTO value {proto!r}: unknown "
+                f"protocol {bad[0]!r}\nncclInvalidUsage: invalid usage",
+            )
         chosen = [canon[p.lower()] for p in names]
         allowed = [p for p in PROTOCOLS if p not in chosen] if exclude else chosen
         forced = True
         if not allowed:
-            raise LaunchFailure("crash", "NCCL WARN No protocol left after NCCL_PROTO="
-                                f"{proto}\nncclInvalidUsage: invalid usage")
+            raise LaunchFailure(
+                "crash",
+                f"NCCL WARN No protocol left after NCCL_PROTO={proto}\nncclInvalidUsage: invalid usage",
+            )
     algo = env.get("NCCL_ALGO", "").strip() or "Ring"
     first = algo.lstrip("^").split(",")[0].strip()
     if first not in ALGORITHMS:
-        raise LaunchFailure("crash", f"NCCL WARN Invalid NCCL_ALGO value {algo!r}\n"
-                            "ncclInvalidUsage: invalid usage")
+        raise LaunchFailure(
+            "crash", f"NCCL WARN Invalid NCCL_ALGO value {algo!r}\nncclInvalidUsage: invalid usage"
+        )
     if algo.startswith("^"):
         first = "Ring" if first != "Ring" else "Tree"
     if (first in _NEEDS_NVLINK and link.kind != "nvlink") or first in _NEEDS_COLLNET:
-        raise LaunchFailure("crash", f"NCCL WARN Error : no algorithm/protocol available for "
-                            f"NCCL_ALGO={algo}\nncclInvalidUsage: invalid usage")
+        raise LaunchFailure(
+            "crash",
+            f"NCCL WARN Error : no algorithm/protocol available for "
+            f"NCCL_ALGO={algo}\nncclInvalidUsage: invalid usage",
+        )
     if first not in ("Ring", "Tree"):
         first = "Ring"
     min_ch = _int_env(env, "NCCL_MIN_NCHANNELS", 1, 1, 64)

@@ -267,8 +267,12 @@ class ServingSimulator:
         target = reply_lengths(self.rng, extra, int(lvl.max_tokens[0]), False)
         lvl.arrival = np.concatenate([lvl.arrival, ends])
         lvl.prompt = np.concatenate([lvl.prompt, np.full(extra, lvl.prompt[0])])
-        lvl.target = np.concatenate([lvl.target, target if not np.all(lvl.target == lvl.max_tokens[0])
-                                     else np.full(extra, lvl.max_tokens[0])])
+        lvl.target = np.concatenate(
+            [
+                lvl.target,
+                target if not np.all(lvl.target == lvl.max_tokens[0]) else np.full(extra, lvl.max_tokens[0]),
+            ]
+        )
         lvl.max_tokens = np.concatenate([lvl.max_tokens, np.full(extra, lvl.max_tokens[0])])
         lvl.generated = np.concatenate([lvl.generated, np.zeros(extra, dtype=np.int64)])
         lvl.first = np.concatenate([lvl.first, np.full(extra, np.nan)])
@@ -278,8 +282,9 @@ class ServingSimulator:
             heapq.heappush(pending, (float(a), n0 + i))
         return extra
 
-    def _retract(self, lvl: _Level, running: np.ndarray, kv_len: np.ndarray, waiting: deque,
-                 kv_cap: int) -> tuple[np.ndarray, np.ndarray, float]:
+    def _retract(
+        self, lvl: _Level, running: np.ndarray, kv_len: np.ndarray, waiting: deque, kv_cap: int
+    ) -> tuple[np.ndarray, np.ndarray, float]:
         """Free KV by re-queueing the requests with the fewest output tokens (SGLang's order)."""
         order = np.argsort(lvl.generated[running], kind="stable")  # fewest first
         keep = np.ones(len(running), dtype=bool)
@@ -305,15 +310,21 @@ class ServingSimulator:
                     parts.append(steps[start - base : start - base + count])
             self._token_times.append(np.concatenate(parts) if parts else np.zeros(0))
 
-    def _records(self, lvl: _Level, keep: np.ndarray, c: int, started: float, ended: float,
-                 max_tokens: int) -> LevelRecords:
+    def _records(
+        self, lvl: _Level, keep: np.ndarray, c: int, started: float, ended: float, max_tokens: int
+    ) -> LevelRecords:
         recs = []
         for i in np.flatnonzero(keep):
-            recs.append(RequestRecord(
-                start=float(lvl.arrival[i]), end=float(lvl.end[i]), first_token=float(lvl.first[i]),
-                output_tokens=int(lvl.generated[i]), prompt_tokens=int(lvl.prompt[i]),
-                token_times=self._token_times[i],
-            ))
+            recs.append(
+                RequestRecord(
+                    start=float(lvl.arrival[i]),
+                    end=float(lvl.end[i]),
+                    first_token=float(lvl.first[i]),
+                    output_tokens=int(lvl.generated[i]),
+                    prompt_tokens=int(lvl.prompt[i]),
+                    token_times=self._token_times[i],
+                )
+            )
         return LevelRecords(concurrency=c, records=recs, started=started, ended=ended, max_tokens=max_tokens)
 
     def _jitter(self) -> float:

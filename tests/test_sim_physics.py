@@ -1,0 +1,156 @@
+"""Physics of the performance model beyond the calibration points."""
+
+from __future__ import annotations
+
+import pytest
+
+from tuner import profiles
+from tuner.engines import sglang
+from tuner.failures import LaunchFailure
+from tuner.metrics import summarize
+from tuner.sim.model import PerfModel
+from tuner.sim.serving import simulate_sweep
+from tuner.workload import Workload
+
+HW, MODEL = "rtx-pro-6000-pcie-x8", "kimi-k2.6"
+BASE = "--tp-size 8 --mem-fraction-static 0.88 --max-running-requests 256 --num-continuous-decode-steps 8"
+
+
+def build(flags: str = BASE, env: dict | None = None, hw: str = HW) -> PerfModel:
+    return PerfModel.build(hw, MODEL, flags, env or {})
+
+
+@pytest.mark.parametrize("extra", ["", "--ep-size 8", "--pp-size 2 --tp-size 4"])
+def test_more_memory_bandwidth_never_slows(extra):
+    flags = f"{BASE} {extra}".replace("--tp-size 8 --mem", "--mem") if "--pp" in extra else f"{BASE} {extra}"
+    hw = profiles.hardware(HW)
+    faster = hw.model_copy(update={"gpu": hw.gpu.model_copy(update={"memory_bandwidth_gbs": 2 * 1792})})
+    args = sglang.parse_args(flags)
+    slow, fast = PerfModel(hw, profiles.model(MODEL), args), PerfModel(faster, profiles.model(MODEL), args)
+    for b in (1, 8, 64, 256):
+        assert fast.decode_step_s(b, b * 1000) <= slow.decode_step_s(b, b * 1000)
+
+
+def _peak(flags: str, env=None) -> float:
+    wl = Workload(levels=(64, 192, 256), max_tokens=1024)
+    return max(summarize(lv).output_tok_s for lv in simulate_sweep(build(flags, env), wl, noise=0))
+
+
+def test_raising_max_running_requests_never_lowers_throughput_unless_kv_binds():
+    flags = "--tp-size 8 --ep-size 8 --mem-fraction-static 0.88 --num-continuous-decode-steps 8"
+    values = []
+    for cap in (32, 64, 128):
+        pm = build(f"{flags} --max-running-requests {cap}")
+        assert pm.memory.kv_tokens > cap * 1100  # KV does not bind for 1024-token replies
+        values.append(_peak(f"{flags} --max-running-requests {cap}"))
+    assert values == sorted(values)
+
+
+@pytest.mark.parametrize("model", ["kimi-k2.6", "deepseek-v3"])
+def test_nvlink_spends_far_less_of_the_step_in_all_reduce(model):
+    # (Neither checkpoint fits 8x H100 80 GB, so the NVLink side is the H200 profile.)
+    pcie = PerfModel.build(HW, model, BASE, {})
+    nv = PerfModel.build("h200-sxm-x8", model, BASE, {})
+    for b in (1, 64, 256):
+        assert nv.allreduce_share(b) < 0.5 * pcie.allreduce_share(b)
+
+
+def test_too_big_a_checkpoint_fails_to_load():
+    with pytest.raises(LaunchFailure) as exc:
+        PerfModel.build("h100-sxm-x8", "deepseek-v3", BASE, {})
+    assert exc.value.reason == "oom"
+
+
+def test_ll_protocol_helps_small_batches_and_hurts_large_ones_on_pcie():
+    default, ll = build(), build(env={"NCCL_PROTO": "LL"})
+    assert ll.decode_step_s(1, 500) < default.decode_step_s(1, 500)
+    assert ll.decode_step_s(256, 256 * 1000) > default.decode_step_s(256, 256 * 1000)
+
+
+def test_too_high_mem_fraction_fails_cuda_graph_capture():
+    with pytest.raises(LaunchFailure) as exc:
+        build(BASE.replace("0.88", "0.95"))
+    assert exc.value.reason == "cuda-graph-oom"
+    assert "Capture cuda graph failed" in exc.value.message
+
+
+def test_too_low_mem_fraction_leaves_no_kv_room():
+    with pytest.raises(LaunchFailure) as exc:
+        build(BASE.replace("0.88", "0.7"))
+    assert exc.value.reason == "oom"
+    assert "Not enough memory. Please try to increase --mem-fraction-static" in exc.value.message
+
+
+def test_kv_capacity_caps_the_running_batch():
+    pm = build("--tp-size 8 --mem-fraction-static 0.80 --max-running-requests 100000")
+    assert pm.memory.max_running_requests == pm.memory.kv_tokens // 2
+    assert pm.memory.max_running_requests < 100000
+
+
+@pytest.mark.parametrize(
+    "flags, reason, text",
+    [
+        (
+            "--tp-size 8 --moe-dense-tp-size 4",
+            "invalid-args",
+            "moe_dense_tp_size only supports None, 1, or tp_size",
+        ),
+        ("--tp-size 8 --enable-eplb", "invalid-args", "ep_size > 1"),
+        ("--tp-size 8 --ep-size 3", "invalid-args", "divisible"),
+        ("--tp-size 4 --ep-size 8", "crash", "ZeroDivisionError"),
+        ("--tp-size 8 --pp-size 2", "invalid-args", "invalid device ordinal"),
+        ("--tp-size x", "invalid-args", "invalid int value"),
+    ],
+)
+def test_launch_rules_fail_with_sglang_wording(flags, reason, text):
+    with pytest.raises(LaunchFailure) as exc:
+        build(flags)
+    assert exc.value.reason == reason
+    assert text in exc.value.message
+
+
+def test_deepep_forces_ep_to_tp_and_normal_mode_disables_graphs():
+    pm = build("--tp-size 8 --moe-a2a-backend deepep --deepep-mode normal")
+    assert pm.args.ep_size == 8 and not pm.args.cuda_graph_enabled
+
+
+def test_unknown_flags_are_ignored_and_full_command_lines_accepted():
+    pm = build("python3 -m sglang.launch_server --model-path /m --some-future-flag 3 --tp-size 8")
+    assert pm.args.tp_size == 8
+
+
+def test_noise_zero_is_deterministic_and_noise_is_seedable():
+    wl = Workload(levels=(1, 32), max_tokens=256)
+    pm = build()
+
+    def run(seed, noise):
+        return [summarize(lv).output_tok_s for lv in simulate_sweep(pm, wl, seed=seed, noise=noise)]
+
+    assert run(1, 0.0) == run(1, 0.0)
+    assert run(3, 0.03) == run(3, 0.03)
+    assert run(3, 0.03) != run(4, 0.03)
+
+
+def test_ignore_eos_generates_exactly_max_tokens():
+    wl = Workload(levels=(8,), max_tokens=300, ignore_eos=True)
+    (level,) = simulate_sweep(build(), wl, noise=0)
+    assert all(r.output_tokens == 300 for r in level.records)
+    assert all(len(r.token_times) == 300 for r in level.records)
+
+
+def test_chat_replies_end_on_their_own_near_1600_tokens_at_2048():
+    wl = Workload(levels=(128,), max_tokens=2048)
+    (level,) = simulate_sweep(build(), wl, noise=0, seed=5)
+    mean = sum(r.output_tokens for r in level.records) / len(level.records)
+    assert 1400 < mean < 1800
+
+
+def test_closed_loop_and_poisson_workloads_produce_records():
+    pm = build()
+    closed = Workload(kind="closed-loop", levels=(16,), max_tokens=128, duration_s=30, ramp_s=2)
+    (lv,) = simulate_sweep(pm, closed, noise=0)
+    m = summarize(lv)
+    assert m.completed > 16 and m.wall_s == pytest.approx(30)
+    poisson = Workload(kind="poisson", levels=(10,), max_tokens=128, duration_s=20, rate=0.1)
+    (lv,) = simulate_sweep(pm, poisson, noise=0)
+    assert summarize(lv).completed == len(lv.records) > 5

@@ -1,0 +1,213 @@
+"""The study on the simulator: feasibility, pruning, reuse, resume, and the best unit."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import optuna
+import pytest
+
+from tuner.backends import SimBackend
+from tuner.cli import main
+from tuner.objectives import Objective
+from tuner.space import load_space
+from tuner.study import Search, TrialRecord, load_study
+
+SPACE = textwrap.dedent("""
+    name: small
+    engine: sglang
+    hardware: rtx-pro-6000-pcie-x8
+    model: kimi-k2.6
+    launch:
+      command: [python3, -m, sglang.launch_server]
+      flags: {--model-path: /models/Kimi-K2.6, --tp-size: 8, --mem-fraction-static: 0.88,
+              --max-running-requests: 256, --num-continuous-decode-steps: 8}
+    parameters:
+      ep_size: {flag: --ep-size, type: categorical, choices: [1, 4, 8, 3]}
+      enable_eplb: {flag: --enable-eplb, type: bool}
+      disable_cuda_graph: {flag: --disable-cuda-graph, type: bool}
+    workload: {kind: burst, levels: [1, 64, 128], max_tokens: 512, single_max_tokens: 128}
+""")
+
+
+@pytest.fixture
+def space(workdir: Path):
+    path = workdir / "small.yaml"
+    path.write_text(SPACE)
+    return load_space(path)
+
+
+def make_search(space, budget, **kw) -> Search:
+    return Search(
+        space,
+        SimBackend(space.hardware, space.model, noise=0.0),
+        study_name="small",
+        storage="sqlite:///studies/small.db",
+        objective=Objective(),
+        seed=0,
+        budget=budget,
+        **kw,
+    )
+
+
+def enqueue(search: Search, *configs: dict) -> None:
+    for c in configs:
+        search.study.enqueue_trial({"ep_size": 8, "enable_eplb": False, "disable_cuda_graph": False, **c})
+
+
+def records(search: Search) -> list[TrialRecord]:
+    return [TrialRecord.of(t) for t in search.study.get_trials()]
+
+
+def test_impossible_combinations_cost_no_launch_and_are_infeasible(space):
+    search = make_search(space, 3)
+    enqueue(search, {"ep_size": 3}, {"ep_size": 1, "enable_eplb": True}, {"ep_size": 8})
+    search.run()
+    bad_ep, eplb_no_ep, ok = records(search)
+    assert bad_ep.outcome == "infeasible" and "divisible" in bad_ep.attrs["reason"]
+    assert eplb_no_ep.outcome == "infeasible" and "ep_size > 1" in eplb_no_ep.attrs["reason"]
+    assert bad_ep.attrs["server_s"] == 0 and "levels" not in bad_ep.attrs
+    assert ok.outcome == "complete" and len(ok.attrs["levels"]) == 3
+    frozen = search.study.get_trials()
+    assert frozen[0].system_attrs["constraints:feasible"] > 0  # the sampler sees it infeasible
+
+
+def test_eplb_and_no_graph_trials_stop_after_the_first_level(space):
+    search = make_search(space, 6)
+    enqueue(
+        search,
+        {"ep_size": 8},
+        {"ep_size": 4},
+        {"ep_size": 1},
+        {"ep_size": 8, "enable_eplb": True},
+        {"ep_size": 1, "disable_cuda_graph": True},
+        {"ep_size": 4, "disable_cuda_graph": True},
+    )
+    search.run()
+    recs = records(search)
+    assert [r.outcome for r in recs[:3]] == ["complete"] * 3
+    for r in recs[3:]:
+        assert r.outcome == "pruned" and r.state == "PRUNED"
+        assert len(r.attrs["levels"]) == 1 and r.attrs["reason"] == "pruned at level 1 (C=1)"
+
+
+def test_identical_configuration_reuses_the_measurement(space):
+    search = make_search(space, 3)
+    enqueue(search, {"ep_size": 4}, {"ep_size": 8}, {"ep_size": 4})
+    search.run()
+    first, _, again = records(search)
+    assert again.outcome == "reused" and again.attrs["reused_from"] == first.number
+    assert again.attrs["server_s"] == 0 and first.attrs["server_s"] > 0
+    assert again.values == first.values and again.attrs["levels"] == first.attrs["levels"]
+
+
+def test_interrupted_study_resumes_to_its_budget(space):
+    search = make_search(space, 6)
+    calls = {"n": 0}
+
+    def interrupt(trial, i, metrics):
+        calls["n"] += 1
+        if calls["n"] == 5:
+            raise KeyboardInterrupt
+
+    search.on_level = interrupt
+    with pytest.raises(KeyboardInterrupt):
+        search.run()
+    states = [t.state for t in search.study.get_trials()]
+    assert optuna.trial.TrialState.RUNNING not in states
+    again = make_search(space, 6)
+    again.run()
+    assert again.finished() == 6
+    assert all(t.state != optuna.trial.TrialState.RUNNING for t in again.study.get_trials())
+
+
+def test_budget_counts_finished_trials_and_rerun_adds_nothing(space):
+    make_search(space, 4).run()
+    search = make_search(space, 4)
+    search.run()
+    assert len(search.study.get_trials()) == 4
+
+
+def run_cli(*argv: str) -> tuple[int, str]:
+    proc = subprocess.run([sys.executable, "-m", "tuner", *argv], capture_output=True, text=True, timeout=300)
+    return proc.returncode, proc.stdout + proc.stderr
+
+
+def test_search_then_best_systemd_unit_verifies(workdir):
+    rc, out = run_cli("search", "--budget", "12", "--seed", "3")
+    assert rc == 0, out
+    assert "best: trial #" in out and "unit file: tuner best" in out
+    rc, unit = run_cli("best")
+    assert rc == 0, unit
+    assert "ExecStart=" in unit and "[Install]" in unit and "peak" in unit
+    verify = shutil.which("systemd-analyze")
+    if verify is None:
+        pytest.skip("systemd-analyze is not installed")
+    unit = unit.replace("ExecStart=python3", f"ExecStart={sys.executable}")
+    path = workdir / "sglang-tuned.service"
+    path.write_text(unit)
+    proc = subprocess.run([verify, "verify", str(path)], capture_output=True, text=True, timeout=60)
+    problems = [ln for ln in (proc.stdout + proc.stderr).splitlines() if str(path.name) in ln]
+    assert proc.returncode == 0 and not problems, proc.stdout + proc.stderr
+
+
+def test_best_json_and_shell_round_trip_into_simulate(workdir):
+    assert run_cli("search", "--budget", "8", "--seed", "5", "--quiet")[0] == 0
+    rc, text = run_cli("best", "--format", "json")
+    assert rc == 0, text
+    best = json.loads(text)
+    assert {"study", "trial", "value", "params", "flags", "env", "levels"} <= set(best)
+    env_args = [a for k, v in best["env"].items() for a in ("--env", f"{k}={v}")]
+    levels = ",".join(str(lv["concurrency"]) for lv in best["levels"])
+    rc, sim = run_cli(
+        "simulate",
+        "--json",
+        "--noise",
+        "0.02",
+        "--seed",
+        str(5 * 1_000_003 + best["trial"]),
+        "--levels",
+        levels,
+        *env_args,
+        "--",
+        *best["flags"],
+    )
+    assert rc == 0, sim
+    result = json.loads(sim)
+    assert result["status"] == "ok"
+    # Same flags, env and seed: the simulator reproduces the stored measurement.
+    for got, want in zip(result["levels"], best["levels"], strict=True):
+        assert got["output_tok_s"] == pytest.approx(want["output_tok_s"], rel=0.05)
+    rc, shell = run_cli("best", "--format", "shell")
+    assert rc == 0 and "sglang.launch_server" in shell
+    import shlex
+
+    words = shlex.split(shell.replace("\\\n", " "))
+    assert all(f in words for f in best["flags"])
+
+
+def test_trials_lists_every_trial(workdir):
+    assert run_cli("search", "--budget", "5", "--seed", "1", "--quiet")[0] == 0
+    rc, out = run_cli("trials")
+    assert rc == 0
+    assert sum(1 for ln in out.splitlines() if ln.startswith("#")) == 5
+
+
+def test_bad_space_file_exits_2_and_creates_no_study(workdir):
+    bad = workdir / "bad.yaml"
+    bad.write_text(SPACE.replace("choices: [1, 4, 8, 3]", "choices: 7"))
+    rc, out = run_cli("search", "--space", str(bad), "--budget", "2")
+    assert rc == 2
+    assert "bad.yaml" in out and "ep_size" in out
+    assert not (workdir / "studies").exists() or not list((workdir / "studies").glob("*.db"))
+
+
+def test_load_study_errors_name_what_is_missing(workdir):
+    with pytest.raises(LookupError):
+        load_study(None, None)
+    assert main(["best"]) == 2

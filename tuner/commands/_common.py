@@ -1,0 +1,70 @@
+"""Argument helpers shared by several subcommands."""
+
+from __future__ import annotations
+
+import argparse
+
+from tuner.errors import UsageError
+from tuner.workload import Workload, parse_levels
+
+
+def add_workload_args(p: argparse.ArgumentParser) -> None:
+    """The sweep options of ``tuner simulate`` and ``tuner bench``."""
+    g = p.add_argument_group("workload")
+    g.add_argument(
+        "--levels",
+        default="1,32,64,128,192,256",
+        help="concurrency levels, comma-separated (default: the reference sweep)",
+    )
+    g.add_argument("--max-tokens", type=int, default=2048, help="max tokens per request (default 2048)")
+    g.add_argument(
+        "--single-max-tokens", type=int, default=512, help="max tokens of the C=1 level (default 512)"
+    )
+    g.add_argument(
+        "--prompt-tokens",
+        type=int,
+        default=None,
+        help="prompt length in tokens (default: short chat prompts)",
+    )
+    g.add_argument(
+        "--ignore-eos",
+        action="store_true",
+        help="every request generates exactly max tokens, as benchmark clients do",
+    )
+    g.add_argument(
+        "--workload",
+        choices=("burst", "closed-loop", "poisson"),
+        default="burst",
+        help="burst: C at once (default); closed-loop: C in flight for --duration; "
+        "poisson: open loop at --rate x C requests/s",
+    )
+    g.add_argument("--duration", type=float, default=60.0, help="closed-loop/poisson window, seconds")
+    g.add_argument("--rate", type=float, default=0.05, help="poisson: requests/s per unit of level")
+
+
+def workload_from_args(args: argparse.Namespace) -> Workload:
+    try:
+        levels = parse_levels(args.levels)
+        return Workload(
+            kind=args.workload,
+            levels=levels,
+            max_tokens=args.max_tokens,
+            single_max_tokens=args.single_max_tokens,
+            prompt_tokens=args.prompt_tokens,
+            ignore_eos=args.ignore_eos,
+            duration_s=args.duration,
+            rate=args.rate,
+        )
+    except ValueError as exc:  # pydantic's ValidationError is a ValueError
+        raise UsageError(str(exc)) from exc
+
+
+def parse_env_pairs(pairs: list[str] | None) -> dict[str, str]:
+    """``["KEY=VALUE", ...]`` to a dict; a pair without ``=`` is a usage error."""
+    env: dict[str, str] = {}
+    for pair in pairs or []:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise UsageError(f"--env expects KEY=VALUE, got {pair!r}")
+        env[key] = value
+    return env

@@ -1,0 +1,167 @@
+"""``tuner search``: run (or resume) the study to its budget."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+import optuna
+from optuna.trial import FrozenTrial
+
+from tuner.backends import Backend, SimBackend
+from tuner.errors import UsageError
+from tuner.objectives import Objective
+from tuner.sim.serving import DEFAULT_NOISE
+from tuner.space import DEFAULT_SPACE, Space, load_space, resolve_space
+from tuner.study import Search, TrialRecord, best_record, default_storage_url, default_study_name, redact_url
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "search",
+        help="run the study: one server launch per trial, to a budget of finished trials",
+        description="Search the launch settings of a search space with an Optuna study. Each trial "
+        "launches the server, sweeps the workload's concurrency levels (lowest first, pruning weak "
+        "configurations early) and stores the result. Running the same command again resumes the "
+        "study; --budget N ends it with N finished trials. Without --backend, the built-in simulator "
+        "of the space's hardware runs the trials.",
+    )
+    p.add_argument(
+        "--space",
+        default=DEFAULT_SPACE,
+        help=f"search-space file or packaged space name (default {DEFAULT_SPACE})",
+    )
+    p.add_argument("--budget", type=int, default=40, help="finished trials in the whole study (default 40)")
+    p.add_argument("--study", help="study name (default: derived from the space and objective)")
+    p.add_argument("--storage", help="Optuna storage URL (default sqlite:///studies/<study>.db)")
+    p.add_argument(
+        "--objective",
+        choices=("peak", "single", "goodput", "pareto"),
+        help="what to maximise (default: the space's objective, usually peak)",
+    )
+    p.add_argument(
+        "--min-single-stream",
+        type=float,
+        metavar="TOK_S",
+        help="configurations below this single-stream tok/s are infeasible",
+    )
+    p.add_argument("--seed", type=int, default=None, help="sampler (and simulator) seed")
+    p.add_argument(
+        "--backend",
+        choices=("sim",),
+        default="sim",
+        help="where trials run (sim: the built-in simulator of the space's hardware)",
+    )
+    p.add_argument("--noise", type=float, default=DEFAULT_NOISE, help="simulator noise (sim backend)")
+    p.add_argument("--no-prune", action="store_true", help="measure every level of every trial")
+    p.add_argument("--no-reuse", action="store_true", help="re-measure configurations already measured")
+    p.add_argument("--quiet", action="store_true", help="print only the final summary")
+    p.set_defaults(handler=run)
+
+
+def make_objective(space: Space, args: argparse.Namespace) -> Objective:
+    data = {k: v for k, v in space.objective.model_dump().items() if v is not None}
+    if args.objective:
+        data["name"] = args.objective
+    if args.min_single_stream is not None:
+        data["min_single_stream"] = args.min_single_stream
+    return Objective(**data)
+
+
+def make_backend(space: Space, args: argparse.Namespace) -> Backend:
+    if args.noise < 0:
+        raise UsageError("--noise must be >= 0")
+    return SimBackend(space.hardware, space.model, noise=args.noise)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.budget < 1:
+        raise UsageError("--budget must be at least 1")
+    space = load_space(resolve_space(args.space))
+    objective = make_objective(space, args)
+    backend = make_backend(space, args)
+    study_name = args.study or default_study_name(space, objective)
+    storage = args.storage or default_storage_url(study_name)
+    printer = TrialPrinter(space, objective, quiet=args.quiet)
+    search = Search(
+        space,
+        backend,
+        study_name=study_name,
+        storage=storage,
+        objective=objective,
+        seed=args.seed,
+        budget=args.budget,
+        reuse=not args.no_reuse,
+        prune=not args.no_prune,
+        on_trial=printer.trial_done,
+    )
+    already = search.finished()
+    print(
+        f"study {study_name} ({redact_url(storage)}): space {space.name}, objective {objective.name}, "
+        f"backend {backend.name}, {already} of {args.budget} trials finished",
+        flush=True,
+    )
+    started = time.monotonic()
+    search.run()
+    printer.summary(search.study, time.monotonic() - started, study_name, args.storage)
+    return 0
+
+
+class TrialPrinter:
+    """One line per finished trial: what differs from the best, levels, state, best so far."""
+
+    def __init__(self, space: Space, objective: Objective, *, quiet: bool = False):
+        self.space = space
+        self.objective = objective
+        self.quiet = quiet
+
+    def trial_done(self, study: optuna.Study, t: FrozenTrial) -> None:
+        if self.quiet:
+            return
+        rec = TrialRecord.of(t)
+        best = best_record(study)
+        print(self.line(rec, best), flush=True)
+
+    def line(self, rec: TrialRecord, best: TrialRecord | None) -> str:
+        if best is None or best.number == rec.number:
+            diff = "(best)" if best is not None else ""
+            shown = rec.params if best is None else {}
+            diff = diff or " ".join(f"{k}={v}" for k, v in shown.items())
+        else:
+            d = self.space.differences(rec.params, best.params)
+            diff = " ".join(f"{k}={v[0]}" for k, v in d.items()) or "(same as best)"
+        levels = " ".join(
+            f"C{lv['concurrency']}:{lv['output_tok_s']:.0f}" for lv in rec.attrs.get("levels", [])
+        )
+        state = rec.outcome
+        if rec.outcome in ("pruned", "infeasible", "failed") or rec.attrs.get("violations"):
+            state = rec.attrs.get("reason", rec.outcome)
+        if rec.outcome == "reused":
+            state = f"reused #{rec.attrs.get('reused_from')}"
+        best_s = f"best {best.values[-1]:.0f} (#{best.number})" if best and best.values else "best -"
+        return f"#{rec.number:<3d} {diff[:90]:<90s} | {levels:<34s} | {state[:80]} | {best_s}"
+
+    def summary(self, study: optuna.Study, elapsed: float, study_name: str, storage: str | None) -> None:
+        best = best_record(study)
+        trials = study.get_trials(deepcopy=False)
+        counts: dict[str, int] = {}
+        for t in trials:
+            o = t.user_attrs.get("outcome", t.state.name.lower())
+            counts[o] = counts.get(o, 0) + 1
+        server_s = sum(float(t.user_attrs.get("server_s", 0.0)) for t in trials)
+        print(
+            f"\n{len(trials)} trials ({', '.join(f'{v} {k}' for k, v in sorted(counts.items()))}); "
+            f"server time {server_s / 3600:.1f} h; this run {elapsed:.1f} s"
+        )
+        if best is None:
+            print("no feasible configuration yet", file=sys.stderr)
+            return
+        print(f"best: trial #{best.number}, {self.objective.name} = {best.values[-1]:.1f} tok/s")  # type: ignore[index]
+        for lv in best.attrs.get("levels", []):
+            print(f"  C={lv['concurrency']:3d}: {lv['output_tok_s']:8.1f} tok/s")
+        print("  flags: " + " ".join(best.attrs.get("flags", [])))
+        if best.attrs.get("env"):
+            print("  env:   " + " ".join(f"{k}={v}" for k, v in best.attrs["env"].items()))
+        where = f" --study {study_name}" + (f" --storage '{redact_url(storage)}'" if storage else "")
+        print(f"unit file: tuner best{where} > sglang.service")

@@ -1,0 +1,101 @@
+"""What a trial is scored by, computed from its per-level metrics.
+
+* ``peak`` (default): the best aggregate output tok/s over the sweep's levels above C=1.
+* ``single``: the C=1 (single-stream) tok/s.
+* ``goodput``: the best, over levels, of tok/s counting only requests that met the TTFT
+  and TPOT limits.
+* ``pareto``: single and peak together (two objectives; Optuna cannot prune these).
+
+Constraints (``min_single_stream``) make a configuration infeasible when violated; they
+are told to the sampler through ``trial.set_constraint`` (feasible when <= 0).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from tuner.metrics import LevelMetrics
+from tuner.records import LevelRecords
+
+ObjectiveName = Literal["peak", "single", "goodput", "pareto"]
+
+
+class Objective(BaseModel):
+    """The objective section of a search space (and ``tuner search --objective``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: ObjectiveName = "peak"
+    #: single-stream floor in tok/s; below it a configuration is infeasible.
+    min_single_stream: float | None = Field(None, ge=0)
+    #: goodput limits: a request counts if its TTFT and TPOT are within these.
+    ttft_s: float = Field(2.0, gt=0)
+    tpot_ms: float = Field(100.0, gt=0)
+
+    @property
+    def directions(self) -> list[str]:
+        return ["maximize", "maximize"] if self.name == "pareto" else ["maximize"]
+
+    @property
+    def multi(self) -> bool:
+        return self.name == "pareto"
+
+    def level_value(self, m: LevelMetrics, goodput: float | None) -> float:
+        """The per-level intermediate value reported to Optuna (for pruning)."""
+        if self.name == "goodput" and goodput is not None:
+            return goodput
+        return m.output_tok_s
+
+    def value(
+        self, levels: Sequence[LevelMetrics], goodputs: Sequence[float | None] = ()
+    ) -> float | tuple[float, float]:
+        single = single_stream(levels)
+        peak = peak_tok_s(levels)
+        if self.name == "single":
+            return single
+        if self.name == "pareto":
+            return (single, peak)
+        if self.name == "goodput":
+            vals = [g for g in goodputs if g is not None]
+            return max(vals) if vals else 0.0
+        return peak
+
+    def violations(self, levels: Sequence[LevelMetrics]) -> dict[str, float]:
+        """Constraint values (> 0 = violated) for ``trial.set_constraint``."""
+        out: dict[str, float] = {}
+        if self.min_single_stream is not None:
+            out["min_single_stream"] = self.min_single_stream - single_stream(levels)
+        return out
+
+
+def single_stream(levels: Sequence[LevelMetrics]) -> float:
+    for m in levels:
+        if m.concurrency == 1:
+            return m.output_tok_s
+    return 0.0
+
+
+def peak_tok_s(levels: Sequence[LevelMetrics]) -> float:
+    """Best aggregate tok/s over levels above C=1 (C=1 itself when it is the only level)."""
+    multi = [m.output_tok_s for m in levels if m.concurrency > 1]
+    if multi:
+        return max(multi)
+    return max((m.output_tok_s for m in levels), default=0.0)
+
+
+def goodput_tok_s(level: LevelRecords, ttft_s: float, tpot_ms: float) -> float:
+    """Output tok/s of the level's requests that met both latency limits."""
+    wall = max(level.ended - level.started, 1e-9)
+    good = 0
+    for r in level.records:
+        if not r.ok or r.first_token is None:
+            continue
+        ttft = r.first_token - r.start
+        tpot = (r.end - r.first_token) / (r.output_tokens - 1) * 1e3 if r.output_tokens > 1 else 0.0  # type: ignore[operator]
+        if ttft <= ttft_s and tpot <= tpot_ms:
+            good += r.output_tokens
+    return float(np.float64(good) / wall)

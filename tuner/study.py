@@ -1,0 +1,336 @@
+"""The Optuna study: one trial = one launch of the server with sampled settings.
+
+Data flow of a trial: the space's sampler proposes parameters -> engine rules and the
+space's constraints reject impossible combinations before any launch -> a configuration
+already measured in this study is reused -> the launch is rendered (argv + env) -> the
+backend starts the server and sweeps the levels lowest first, reporting each level to
+Optuna, which may prune -> the objective value, constraints and records are stored on
+the trial -> the server is stopped.
+
+Everything a person or ``tuner best`` needs later lives in the trial's user attributes
+(see :class:`TrialRecord`), so any Optuna storage is the whole state of a study.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.storages import RDBStorage, RetryHeartbeatStaleTrialCallback
+from optuna.study import MaxTrialsCallback
+from optuna.trial import FrozenTrial, TrialState
+
+from tuner.backends import Backend, Measurement
+from tuner.failures import LaunchFailure
+from tuner.objectives import Objective
+from tuner.pruning import RelativeToBestPruner
+from tuner.space import Space
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+# Heartbeats and metric names are marked experimental in Optuna 5; both are relied on here.
+warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+
+FINISHED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
+#: Directory of study databases, relative to the working directory.
+STUDIES_DIR = Path("studies")
+#: RDB heartbeat: a worker that stops beating for GRACE seconds has its trial failed and
+#: retried once (Optuna's stale-trial machinery).
+HEARTBEAT_S = 30
+GRACE_S = 120
+
+
+@dataclass
+class TrialRecord:
+    """The readable record of a trial (its user attributes)."""
+
+    number: int
+    state: str
+    outcome: str
+    value: float | None
+    values: list[float] | None
+    params: dict[str, Any]
+    attrs: dict[str, Any]
+
+    @classmethod
+    def of(cls, t: FrozenTrial) -> TrialRecord:
+        return cls(
+            t.number,
+            t.state.name,
+            t.user_attrs.get("outcome", t.state.name.lower()),
+            t.value if t.values and len(t.values) == 1 else None,
+            t.values,
+            dict(t.params),
+            dict(t.user_attrs),
+        )
+
+    @property
+    def feasible(self) -> bool:
+        return (
+            self.state == "COMPLETE"
+            and self.outcome in ("complete", "reused")
+            and not self.attrs.get("violations")
+        )
+
+
+def default_study_name(space: Space, objective: Objective) -> str:
+    return space.name if objective.name == "peak" else f"{space.name}-{objective.name}"
+
+
+def default_storage_url(study_name: str) -> str:
+    STUDIES_DIR.mkdir(parents=True, exist_ok=True)
+    return f"sqlite:///{STUDIES_DIR / study_name}.db"
+
+
+def open_storage(url: str) -> optuna.storages.BaseStorage:
+    """An RDB storage with heartbeats (stale trials failed and retried once)."""
+    if url.startswith("sqlite:///"):
+        Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+    return RDBStorage(
+        url,
+        heartbeat_interval=HEARTBEAT_S,
+        grace_period=GRACE_S,
+        heartbeat_stale_trial_callback=RetryHeartbeatStaleTrialCallback(max_retry=1),
+        engine_kwargs={"pool_pre_ping": True} if not url.startswith("sqlite") else None,
+    )
+
+
+def redact_url(url: str) -> str:
+    """Hide the password of a database URL (``user:***@host``)."""
+    if "://" not in url or "@" not in url:
+        return url
+    scheme, rest = url.split("://", 1)
+    creds, host = rest.rsplit("@", 1)
+    if ":" in creds:
+        creds = creds.split(":", 1)[0] + ":***"
+    return f"{scheme}://{creds}@{host}"
+
+
+def best_record(study: optuna.Study) -> TrialRecord | None:
+    """The best feasible completed trial (pareto: the best peak among the feasible front)."""
+    recs = [TrialRecord.of(t) for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))]
+    recs = [r for r in recs if r.feasible and r.values]
+    if not recs:
+        return None
+    return max(recs, key=lambda r: (r.values[-1], -r.number))  # type: ignore[index]
+
+
+class Search:
+    """Runs a study to its budget of finished trials."""
+
+    def __init__(
+        self,
+        space: Space,
+        backend: Backend,
+        *,
+        study_name: str,
+        storage: str,
+        objective: Objective,
+        seed: int | None = None,
+        budget: int = 40,
+        reuse: bool = True,
+        prune: bool = True,
+        on_trial: Callable[[optuna.Study, FrozenTrial], None] | None = None,
+        on_level: Callable[[int, int, Any], None] | None = None,
+    ):
+        self.space = space
+        self.backend = backend
+        self.objective = objective
+        self.seed = seed
+        self.budget = budget
+        self.reuse = reuse
+        self.prune = prune and not objective.multi
+        self.on_trial = on_trial
+        self.on_level = on_level
+        self.storage_url = storage
+        self.study_name = study_name
+        sampler = optuna.samplers.TPESampler(
+            seed=seed, multivariate=True, group=True, constant_liar=True, n_startup_trials=10
+        )
+        self.study = optuna.create_study(
+            study_name=study_name,
+            storage=open_storage(storage),
+            sampler=sampler,
+            pruner=RelativeToBestPruner() if self.prune else optuna.pruners.NopPruner(),
+            directions=objective.directions,
+            load_if_exists=True,
+        )
+        self.study.set_metric_names(
+            ["single_stream_tok_s", "peak_tok_s"] if objective.multi else [f"{objective.name}_tok_s"]
+        )
+        self.study.set_user_attr("space", space.name)
+        self.study.set_user_attr("objective", objective.model_dump())
+        self.study.set_user_attr("engine", space.spec.engine)
+        unit = space.launch.unit.model_dump() if space.launch.unit else {}
+        self.study.set_user_attr("unit", {**unit, "python": space.launch.python})
+
+    # --- budget -------------------------------------------------------------------------
+    def finished(self) -> int:
+        return len(self.study.get_trials(deepcopy=False, states=FINISHED))
+
+    def run(self) -> optuna.Study:
+        remaining = self.budget - self.finished()
+        if remaining > 0:
+            callbacks: list = [MaxTrialsCallback(self.budget, states=FINISHED)]
+            if self.on_trial:
+                callbacks.append(lambda s, t: self.on_trial(s, t))  # type: ignore[misc]
+            self.study.optimize(
+                self._objective, n_trials=remaining, callbacks=callbacks, gc_after_trial=False, catch=()
+            )
+        return self.study
+
+    # --- one trial ----------------------------------------------------------------------
+    def _objective(self, trial: optuna.Trial) -> float | tuple[float, float]:
+        params = self.space.suggest(trial)
+        key = self.space.key(params)
+        spec = self.space.render(params)
+        trial.set_user_attr("config_key", key)
+        trial.set_user_attr("flags", spec.argv)
+        trial.set_user_attr("env", spec.env)
+        trial.set_user_attr("backend", self.backend.name)
+        reasons = self.space.check(params)
+        if reasons:
+            return self._infeasible(trial, reasons)
+        if self.reuse:
+            original = self._measured(key, trial.number)
+            if original is not None:
+                return self._reuse(trial, original)
+        seed = (self.seed or 0) * 1_000_003 + trial.number
+        levels_done: list[int] = []
+
+        def on_level(i: int, metrics, goodput) -> bool:
+            levels_done.append(metrics.concurrency)
+            if self.on_level:
+                self.on_level(trial.number, i, metrics)
+            if not self.prune:
+                return True
+            trial.report(self.objective.level_value(metrics, goodput), step=i)
+            return not trial.should_prune()
+
+        m = self.backend.measure(
+            spec,
+            self.space.workload,
+            self.objective,
+            trial_label=f"trial-{trial.number}",
+            seed=seed,
+            on_level=on_level,
+        )
+        self._store_measurement(trial, m)
+        if m.status == "failed":
+            assert m.failure is not None
+            return self._failed(trial, m.failure)
+        if m.status == "stopped":
+            trial.set_user_attr("outcome", "pruned")
+            trial.set_user_attr("reason", f"pruned at level {len(m.levels)} (C={levels_done[-1]})")
+            raise optuna.TrialPruned()
+        value = self.objective.value(m.levels, m.goodputs)
+        violations = self.objective.violations(m.levels)
+        for name, v in violations.items():
+            trial.set_constraint(name, v)
+        bad = {k: v for k, v in violations.items() if v > 0}
+        if bad:
+            trial.set_user_attr("violations", bad)
+            trial.set_user_attr(
+                "reason", "infeasible: " + ", ".join(f"{k} short by {v:.1f}" for k, v in bad.items())
+            )
+        trial.set_user_attr("outcome", "complete")
+        return value
+
+    def _worst(self) -> float | tuple[float, float]:
+        return (0.0, 0.0) if self.objective.multi else 0.0
+
+    def _infeasible(self, trial: optuna.Trial, reasons: list[str]) -> float | tuple[float, float]:
+        trial.set_constraint("feasible", 1.0)
+        trial.set_user_attr("outcome", "infeasible")
+        trial.set_user_attr("reason", "; ".join(reasons))
+        trial.set_user_attr("server_s", 0.0)
+        return self._worst()
+
+    def _failed(self, trial: optuna.Trial, failure: LaunchFailure) -> float | tuple[float, float]:
+        trial.set_constraint("launch", 1.0)
+        trial.set_user_attr("outcome", "failed")
+        trial.set_user_attr("failure_class", failure.reason)
+        trial.set_user_attr("reason", f"{failure.reason}: {failure.message.splitlines()[0][:300]}")
+        return self._worst()
+
+    def _store_measurement(self, trial: optuna.Trial, m: Measurement) -> None:
+        trial.set_user_attr("levels", [lv.model_dump(exclude_none=True) for lv in m.levels])
+        trial.set_user_attr("server_s", round(m.server_s, 3))
+        trial.set_user_attr("startup_s", round(m.startup_s, 3))
+        if m.log_tail:
+            trial.set_user_attr("log_tail", m.log_tail[-4000:])
+        if m.server_info:
+            trial.set_user_attr("server_info", _jsonable(m.server_info))
+
+    def _measured(self, key: str, number: int) -> FrozenTrial | None:
+        for t in self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)):
+            if (
+                t.number != number
+                and t.user_attrs.get("config_key") == key
+                and "reused_from" not in t.user_attrs
+            ):
+                return t
+        return None
+
+    def _reuse(self, trial: optuna.Trial, original: FrozenTrial) -> float | tuple[float, float]:
+        """Copy an identical configuration's result instead of restarting the server."""
+        trial.set_user_attr("reused_from", original.number)
+        trial.set_user_attr("server_s", 0.0)
+        for k in ("levels", "server_info", "reason", "failure_class", "violations"):
+            if k in original.user_attrs:
+                trial.set_user_attr(k, original.user_attrs[k])
+        for k, v in original.system_attrs.items():
+            if k.startswith("constraints:"):
+                trial.set_constraint(k.split(":", 1)[1], v)
+        if original.state == TrialState.PRUNED:
+            trial.set_user_attr("outcome", "pruned")
+            for step, v in original.intermediate_values.items():
+                trial.report(v, step)
+            raise optuna.TrialPruned()
+        outcome = original.user_attrs.get("outcome", "complete")
+        trial.set_user_attr("outcome", "reused" if outcome == "complete" else outcome)
+        for step, v in original.intermediate_values.items():
+            trial.report(v, step)
+        values = original.values
+        return tuple(values) if self.objective.multi else values[0]  # type: ignore[return-value]
+
+
+def _jsonable(obj: Any) -> Any:
+    if isinstance(obj, dict):
+        return {str(k): _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_jsonable(v) for v in obj]
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    return obj
+
+
+def load_study(study_name: str | None, storage: str | None) -> optuna.Study:
+    """Open an existing study for reading; with no name, the only (or newest) study in ./studies."""
+    if storage is None:
+        if study_name is None:
+            dbs = sorted(STUDIES_DIR.glob("*.db"), key=os.path.getmtime)
+            if not dbs:
+                raise LookupError("no study found in ./studies (run `tuner search` first, or pass --storage)")
+            storage = f"sqlite:///{dbs[-1]}"
+        else:
+            path = STUDIES_DIR / f"{study_name}.db"
+            if not path.exists():
+                raise LookupError(f"no study database {path} (pass --storage for another location)")
+            storage = f"sqlite:///{path}"
+    storage_obj = optuna.storages.RDBStorage(storage) if "://" in storage else storage
+    names = [s.study_name for s in optuna.get_all_study_summaries(storage_obj)]
+    if study_name is None:
+        if not names:
+            raise LookupError(f"no study in {redact_url(storage)}")
+        study_name = names[-1]
+    elif study_name not in names:
+        raise LookupError(
+            f"no study named {study_name!r} in {redact_url(storage)}; found: {', '.join(names) or 'none'}"
+        )
+    return optuna.load_study(study_name=study_name, storage=storage_obj)
