@@ -111,7 +111,10 @@ class _Compiler:
         method = getattr(self, f"_{type(node).__name__}", None)
         if method is None:
             what = _CONSTRUCT_NAMES.get(type(node), type(node).__name__)
-            raise ExprError(f"{what} is not allowed in expressions", column=self._col(node))
+            column = self._col(node)
+            if isinstance(node, ast.Attribute | ast.Subscript) and node.value.end_col_offset is not None:
+                column = node.value.end_col_offset + 1 + self.offset  # at the '.' or '['
+            raise ExprError(f"{what} is not allowed in expressions", column=column)
         return method(node)
 
     def _Constant(self, node: ast.Constant) -> _Evaluator:
