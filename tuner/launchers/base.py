@@ -169,13 +169,19 @@ class Launcher(ABC):
         *,
         stop_grace_s: float = DEFAULT_STOP_GRACE_S,
         health_request_timeout_s: float = DEFAULT_HEALTH_REQUEST_TIMEOUT_S,
+        health_path: str | None = None,
     ):
         """``engine`` supplies the health path, ready line and failure patterns; when
-        ``None`` it is looked up from ``spec.engine`` at ``start``. ``stop_grace_s`` is how
-        long ``stop`` waits after SIGTERM before SIGKILL."""
+        ``None`` it is looked up from ``spec.engine`` at each ``start``. ``stop_grace_s``
+        is how long ``stop`` waits after SIGTERM before SIGKILL.
+        ``health_request_timeout_s`` bounds one health request. ``health_path``
+        overrides the engine's health endpoint (e.g. SGLang's ``/health_generate``,
+        which runs a one-token generation, instead of ``/health``)."""
         self.engine = engine
+        self._engine_given = engine is not None
         self.stop_grace_s = stop_grace_s
         self.health_request_timeout_s = health_request_timeout_s
+        self.health_path = health_path
         self.spec: LaunchSpec | None = None
         self.log_path: Path | None = None
         self.trial_label: str = ""
@@ -233,7 +239,8 @@ class Launcher(ABC):
         if self.spec is None or self._launched_at is None:
             raise RuntimeError("wait_healthy() before start()")
         deadline = time.monotonic() + timeout_s
-        timeout = httpx.Timeout(self.health_request_timeout_s, connect=min(2.0, self.health_request_timeout_s))
+        request_s = self.health_request_timeout_s
+        timeout = httpx.Timeout(request_s, connect=min(2.0, request_s))
         state = "starting"
         try:
             # trust_env=False: an HTTP(S)_PROXY set for downloads must not capture probes.
@@ -261,7 +268,7 @@ class Launcher(ABC):
 
     def health_url(self) -> str:
         """The engine's health endpoint under :meth:`base_url`."""
-        return self.base_url() + self._engine().health_path
+        return self.base_url() + (self.health_path or self._engine().health_path)
 
     def __enter__(self) -> Launcher:
         return self
@@ -298,6 +305,8 @@ class Launcher(ABC):
         self.log_path = Path(log_path)
         self.trial_label = trial_label
         self._launched_at = None
+        if not self._engine_given:
+            self.engine = None  # the spec names its engine
         self._engine()
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
 
@@ -322,9 +331,9 @@ class Launcher(ABC):
 
 def resolve_engine(name: str) -> Engine:
     """The engine adapter registered under ``name`` (``"sglang"``...)."""
-    from tuner.engines import base as engines_base
+    from tuner import engines
 
-    return engines_base.get_engine(name)
+    return engines.get(name)
 
 
 #: Launchers with a server that may still run; stopped at interpreter exit.

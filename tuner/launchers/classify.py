@@ -10,7 +10,9 @@ might be bad luck), so the rules are explicit and ordered:
    the engine's own wording, e.g. SGLang's "Not enough memory. Please try to increase
    --mem-fraction-static"), then :data:`GENERIC_FAILURE_PATTERNS` (CUDA, NCCL, socket
    and Python wording shared by every engine). The first pattern, in that order, that
-   matches the end of the log wins; the line it matched becomes the message.
+   matches the end of the log wins; the line it matched becomes the message. Catch-all
+   rules (a Python traceback header) go after all others, whichever list they are in,
+   and their message is the exception line that ends the traceback.
 2. Patterns win over the exit status on purpose: an engine that fails during startup
    often dies by a signal (SGLang's launcher kills its process tree with SIGKILL when a
    scheduler child raises), yet its log says exactly why.
@@ -28,13 +30,14 @@ from collections.abc import Iterable, Sequence
 
 from tuner.failures import LaunchFailure
 
-#: One failure rule: a regular expression (text or compiled) and the class it means.
-FailurePattern = tuple["str | re.Pattern[str]", str]
+#: One failure rule: a regular expression (text or compiled) and the class it means;
+#: an engine's ``failure_patterns`` are a sequence of these.
+PatternRule = tuple["str | re.Pattern[str]", str]
 
 #: Engine-independent wording, searched after the engine's own patterns. Ordered from
 #: the most specific to the most general: "Traceback" matches nearly every failure and
 #: must come last.
-GENERIC_FAILURE_PATTERNS: tuple[FailurePattern, ...] = (
+GENERIC_FAILURE_PATTERNS: tuple[PatternRule, ...] = (
     (r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memory", "oom"),
     (r"Address already in use|EADDRINUSE", "port-busy"),
     (r"NCCL error|ncclUnhandledCudaError|ncclSystemError|ncclInternalError|ncclInvalidUsage", "crash"),
@@ -63,11 +66,35 @@ def describe_exit(returncode: int | None) -> str:
     return f"exit status {returncode}"
 
 
-def _compiled(patterns: Iterable[FailurePattern]) -> list[tuple[re.Pattern[str], str]]:
+def _compiled(patterns: Iterable[PatternRule]) -> list[tuple[re.Pattern[str], str]]:
     out = []
     for pattern, reason in patterns:
         out.append((pattern if isinstance(pattern, re.Pattern) else re.compile(pattern), reason))
     return out
+
+
+def _is_catch_all(regex: re.Pattern[str]) -> bool:
+    """A rule that matches (nearly) every failure: a Python traceback header."""
+    return "Traceback" in regex.pattern
+
+
+def _ordered(rules: list[tuple[re.Pattern[str], str]]) -> list[tuple[re.Pattern[str], str]]:
+    """Priority order, except that catch-all rules go last, so that a specific rule of
+    the generic list (an NCCL error) is not shadowed by an engine's "Traceback"."""
+    return [r for r in rules if not _is_catch_all(r[0])] + [r for r in rules if _is_catch_all(r[0])]
+
+
+_EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt)\b.*$", re.MULTILINE)
+
+
+def _exception_line(text: str, pos: int) -> str | None:
+    """The exception line that ends the traceback starting at ``pos`` (the most useful
+    line of a traceback), if there is one."""
+    match = _EXCEPTION_LINE.search(text, pos)
+    if match is None:
+        return None
+    line = match.group(0).strip()
+    return line if len(line) <= _MESSAGE_MAX else line[: _MESSAGE_MAX - 3] + "..."
 
 
 def _line_at(text: str, pos: int) -> str:
@@ -88,7 +115,7 @@ def classify_failure(
     *,
     returncode: int | None,
     log_text: str,
-    patterns: Sequence[FailurePattern] = (),
+    patterns: Sequence[PatternRule] = (),
     ready_pattern: str | re.Pattern[str] | None = None,
     default: str = "crash",
     what: str = "server",
@@ -109,13 +136,14 @@ def classify_failure(
             started = True
             text = text[match.end() :]
     exit_words = describe_exit(returncode)
-    for regex, reason in _compiled([*patterns, *GENERIC_FAILURE_PATTERNS]):
+    for regex, reason in _ordered(_compiled([*patterns, *GENERIC_FAILURE_PATTERNS])):
         match = _last_match(regex, text)
         if match is None:
             continue
         if started and reason == "invalid-args":
             reason = "crash"
-        return LaunchFailure(reason, f"{_line_at(text, match.start())} ({what} {exit_words})")
+        line = _exception_line(text, match.end()) if _is_catch_all(regex) else None
+        return LaunchFailure(reason, f"{line or _line_at(text, match.start())} ({what} {exit_words})")
     if returncode is not None and returncode < 0:
         return LaunchFailure(default, f"{what} {exit_words}")
     phase = "after it became ready" if started else "before it became healthy"

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from loguru import logger
 
@@ -27,37 +28,60 @@ if TYPE_CHECKING:
 
 
 def process_group_alive(pgid: int) -> bool:
-    """Whether any process of group ``pgid`` still exists (zombies count until reaped)."""
+    """Whether any process of group ``pgid`` still runs.
+
+    Zombies do not count: a worker orphaned when its parent died is reparented to init,
+    and an init that does not reap (some containers) would leave it a zombie forever.
+    Read from ``/proc`` where there is one, else by ``killpg(pgid, 0)``.
+    """
     try:
         os.killpg(pgid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    return True
+    proc = Path("/proc")
+    if not proc.is_dir():
+        return True
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            return True
+    return False
 
 
 def stop_process_group(proc: subprocess.Popen, grace_s: float) -> None:
     """SIGTERM the process group led by ``proc``, wait up to ``grace_s`` for the whole
-    group to be gone, then SIGKILL what is left. ``proc`` is reaped."""
+    group to be gone, then SIGKILL what is left; ``proc`` is reaped. A
+    ``KeyboardInterrupt`` during the grace period (a second Ctrl-C) skips to SIGKILL,
+    then propagates."""
     pgid = proc.pid  # start_new_session=True: the child leads its own session and group
     deadline = time.monotonic() + grace_s
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(pgid, signal.SIGTERM)
-    except ProcessLookupError:
-        pass
-    while time.monotonic() < deadline:
-        proc.poll()  # reap the leader, so that it does not keep the group "alive"
-        if proc.returncode is not None and not process_group_alive(pgid):
-            return
-        time.sleep(0.05)
     try:
+        while time.monotonic() < deadline:
+            proc.poll()  # reap the leader, so that it does not keep the group "alive"
+            if proc.returncode is not None and not process_group_alive(pgid):
+                return
+            time.sleep(0.05)
+    except KeyboardInterrupt:
+        _kill_group(proc, pgid)
+        raise
+    _kill_group(proc, pgid)
+
+
+def _kill_group(proc: subprocess.Popen, pgid: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(pgid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
     try:
         proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL does not get ignored
+    except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL cannot be ignored
         logger.warning(f"process {pgid} did not exit after SIGKILL")
     end = time.monotonic() + 5
     while process_group_alive(pgid) and time.monotonic() < end:
@@ -81,7 +105,7 @@ class LocalLauncher(Launcher):
         *,
         cwd: Path | None = None,
         inherit_env: bool = True,
-        **options: float,
+        **options: Any,
     ):
         """``cwd``: working directory of the server (default: the tuner's). The server
         gets the tuner's environment plus ``spec.env`` (``inherit_env=False``: only
@@ -100,7 +124,8 @@ class LocalLauncher(Launcher):
         bind_host, port = server_endpoint(spec.argv, getattr(self._engine(), "default_port", 30000))
         self._host, self._port = connect_host(bind_host), port
         if local_port_in_use(bind_host, port):
-            raise LaunchFailure("port-busy", f"port {port} on {bind_host} is already in use; nothing launched")
+            raise LaunchFailure("port-busy", f"port {port} on {bind_host} is already in use; "
+                                "nothing launched")
         env = dict(os.environ) if self.inherit_env else {"PATH": os.environ.get("PATH", os.defpath)}
         env.update(spec.env)
         with open(self.log_path, "wb") as log:
@@ -153,7 +178,5 @@ class LocalLauncher(Launcher):
         if self.proc is None:
             time.sleep(seconds)
             return
-        try:
+        with contextlib.suppress(subprocess.TimeoutExpired):
             self.proc.wait(timeout=seconds)  # wakes at once when the server exits
-        except subprocess.TimeoutExpired:
-            pass

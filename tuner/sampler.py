@@ -1,0 +1,146 @@
+"""The study's sampler: TPE, plus local moves around the best configuration so far.
+
+A serving study has a tiny budget (tens of trials, each a server restart) over a large,
+mostly categorical space where a few knobs matter a lot and most matter a little.
+TPE alone spends much of such a budget learning which knobs matter; a local search
+around the incumbent finishes the job quickly once a good region is found. So after
+the start-up trials, every other trial is a *local move*: the best feasible
+configuration so far with one or two parameters changed (a stepped number moves a
+few steps, a categorical takes another value), never a configuration already measured.
+The others come from TPE, which keeps exploring. Both see the constraints of earlier
+trials: infeasible and failed trials are never the incumbent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import optuna
+from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
+from optuna.samplers import BaseSampler, TPESampler
+from optuna.trial import FrozenTrial, TrialState
+
+#: Finished trials before local moves start (enqueued start points count).
+LOCAL_AFTER = 6
+#: Share of trials (after LOCAL_AFTER) that are local moves.
+LOCAL_SHARE = 0.6
+#: A stepped number moves at most this many steps in one local move.
+MAX_STEPS = 3
+#: Proposals tried to find a configuration not measured yet.
+MAX_ATTEMPTS = 50
+
+
+class IncumbentLocalSampler(BaseSampler):
+    """TPE interleaved with one- or two-parameter moves from the best feasible trial."""
+
+    def __init__(
+        self,
+        seed: int | None = None,
+        *,
+        local_after: int = LOCAL_AFTER,
+        local_share: float = LOCAL_SHARE,
+        identity: Callable[[dict[str, Any]], str | None] | None = None,
+    ):
+        """``identity`` maps a proposal to its canonical configuration (None when the launch
+        rules reject it), so local moves skip impossible and already measured settings."""
+        self._tpe = TPESampler(seed=seed, multivariate=True, group=True, constant_liar=True, n_startup_trials=10)
+        self._rng = np.random.default_rng(seed)
+        self._local_after = local_after
+        self._local_share = local_share
+        self._identity = identity
+        self._plans: dict[int, dict[str, Any]] = {}
+        self._order: list[str] = []
+
+    def reseed_rng(self) -> None:
+        self._tpe.reseed_rng()
+        self._rng = np.random.default_rng()
+
+    # --- the plan of one trial ------------------------------------------------------------
+    def before_trial(self, study: optuna.Study, trial: FrozenTrial) -> None:
+        self._tpe.before_trial(study, trial)
+        self._plans.pop(trial.number, None)
+        if "fixed_params" in trial.system_attrs or study._is_multi_objective():
+            return
+        done = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL))
+        if len(done) < self._local_after or self._rng.random() >= self._local_share:
+            return
+        best = _incumbent(done)
+        if best is None:
+            return
+        seen = {self._key(t.params) for t in study.get_trials(deepcopy=False) if t.number != trial.number}
+        for _ in range(MAX_ATTEMPTS):
+            plan = self._move(best)
+            key = self._key(plan)
+            if key is not None and key not in seen:
+                self._plans[trial.number] = plan
+                return
+
+    def _key(self, params: dict[str, Any]) -> str | None:
+        if self._identity is None:
+            return repr(sorted(params.items(), key=lambda kv: kv[0]))
+        return self._identity(params)
+
+    def _move(self, best: FrozenTrial) -> dict[str, Any]:
+        """Change the next parameter of a shuffled round-robin order (and, sometimes, one more)."""
+        plan = dict(best.params)
+        names = list(best.distributions)
+        n = 1 if self._rng.random() < 0.7 or len(names) < 2 else 2
+        for _ in range(n):
+            if not self._order:
+                self._order = [str(x) for x in self._rng.permutation(names)]
+            name = self._order.pop()
+            if name in best.distributions:
+                plan[name] = self._neighbour(best.distributions[name], plan[name])
+        return plan
+
+    def _neighbour(self, dist: BaseDistribution, value: Any) -> Any:
+        if isinstance(dist, CategoricalDistribution):
+            others = [c for c in dist.choices if c != value]
+            return others[self._rng.integers(len(others))] if others else value
+        if isinstance(dist, IntDistribution | FloatDistribution) and dist.step:
+            k = int(self._rng.integers(1, MAX_STEPS + 1)) * (1 if self._rng.random() < 0.5 else -1)
+            moved = min(max(value + k * dist.step, dist.low), dist.high)
+            return type(value)(round(moved, 10))
+        if isinstance(dist, IntDistribution | FloatDistribution):
+            span = dist.high - dist.low
+            moved = min(max(value + self._rng.normal(0, 0.1 * span), dist.low), dist.high)
+            return int(round(moved)) if isinstance(dist, IntDistribution) else float(moved)
+        return value
+
+    # --- BaseSampler ------------------------------------------------------------------------
+    def infer_relative_search_space(self, study: optuna.Study, trial: FrozenTrial) -> dict[str, BaseDistribution]:
+        if trial.number in self._plans:
+            return {}
+        return self._tpe.infer_relative_search_space(study, trial)
+
+    def sample_relative(self, study: optuna.Study, trial: FrozenTrial,
+                        search_space: dict[str, BaseDistribution]) -> dict[str, Any]:
+        if trial.number in self._plans:
+            return {}
+        return self._tpe.sample_relative(study, trial, search_space)
+
+    def sample_independent(self, study: optuna.Study, trial: FrozenTrial, param_name: str,
+                           param_distribution: BaseDistribution) -> Any:
+        plan = self._plans.get(trial.number)
+        if plan is not None:
+            if param_name in plan and param_distribution._contains(
+                    param_distribution.to_internal_repr(plan[param_name])):
+                return plan[param_name]
+            if isinstance(param_distribution, CategoricalDistribution):
+                # A parameter the move switched on (a `when` now true) starts at its first value:
+                # the engine default, so one move changes one thing.
+                return param_distribution.choices[0]
+        return self._tpe.sample_independent(study, trial, param_name, param_distribution)
+
+    def after_trial(self, study: optuna.Study, trial: FrozenTrial, state: TrialState,
+                    values: Sequence[float] | None) -> None:
+        self._plans.pop(trial.number, None)
+        self._tpe.after_trial(study, trial, state, values)
+
+
+def _incumbent(trials: Sequence[FrozenTrial]) -> FrozenTrial | None:
+    ok = [t for t in trials if t.state == TrialState.COMPLETE and t.values
+          and not any(v > 0 for k, v in t.system_attrs.items() if k.startswith("constraints"))]
+    return max(ok, key=lambda t: t.values[0]) if ok else None
