@@ -17,6 +17,7 @@ from tuner.cli import main
 from tuner.objectives import Objective
 from tuner.space import load_space
 from tuner.study import Search, TrialRecord, load_study
+from tuner.units import parse_shell
 
 SPACE = textwrap.dedent("""
     name: small
@@ -163,7 +164,7 @@ def test_best_json_and_shell_round_trip_into_simulate(workdir):
     best = json.loads(text)
     assert {"study", "trial", "value", "params", "flags", "env", "levels"} <= set(best)
     env_args = [a for k, v in best["env"].items() for a in ("--env", f"{k}={v}")]
-    levels = ",".join(str(lv["concurrency"]) for lv in best["levels"])
+    wl = best["workload"]
     rc, sim = run_cli(
         "simulate",
         "--json",
@@ -172,7 +173,11 @@ def test_best_json_and_shell_round_trip_into_simulate(workdir):
         "--seed",
         str(5 * 1_000_003 + best["trial"]),
         "--levels",
-        levels,
+        ",".join(str(c) for c in wl["levels"]),
+        "--max-tokens",
+        str(wl["max_tokens"]),
+        "--single-max-tokens",
+        str(wl["single_max_tokens"]),
         *env_args,
         "--",
         *best["flags"],
@@ -185,10 +190,8 @@ def test_best_json_and_shell_round_trip_into_simulate(workdir):
         assert got["output_tok_s"] == pytest.approx(want["output_tok_s"], rel=0.05)
     rc, shell = run_cli("best", "--format", "shell")
     assert rc == 0 and "sglang.launch_server" in shell
-    import shlex
-
-    words = shlex.split(shell.replace("\\\n", " "))
-    assert all(f in words for f in best["flags"])
+    argv, env = parse_shell(shell)
+    assert argv == best["argv"] and env == best["env"]
 
 
 def test_trials_lists_every_trial(workdir):

@@ -231,6 +231,9 @@ class SpaceFile(_Strict):
     constraints: list[Constraint] = []
     workload: Workload = Workload()
     objective: Objective = Objective()
+    #: configurations measured first (a warm start: e.g. the known-good settings of a hand-run
+    #: campaign); a parameter left out takes the first value of its domain.
+    start: list[dict[str, Any]] = []
 
 
 # --------------------------------------------------------------------------- errors
@@ -607,6 +610,19 @@ class Space:
         self.engine: Engine = engine
         self._by_name = {p.name: p for p in self._params}
         self._referenced = set().union(*(p.when.names for p in self._params if p.when))
+        start_problems: list[tuple[str | None, str]] = []
+        for i, point in enumerate(self.spec.start):
+            unknown = sorted(set(point) - set(self._by_name))
+            start_problems += [(f"start[{i}].{n}", "no such parameter in this space") for n in unknown]
+            if unknown:
+                continue
+            try:
+                self.effective(self.complete(point))
+            except SpaceError as exc:
+                start_problems += [(f"start[{i}]" + (f".{f.split('.', 1)[1]}" if f else ""), m)
+                                   for f, m in exc.problems]
+        if start_problems:
+            raise SpaceError(source, start_problems)
 
     # ---- construction
 
@@ -678,6 +694,27 @@ class Space:
                 continue
             params[p.name] = env[p.name] = p.suggest(trial)
         return params
+
+    def complete(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        """``params`` with every applicable parameter that is missing set to the first value of
+        its domain (for categoricals listing ``null`` first: the engine's default)."""
+        out: dict[str, Any] = {}
+        env: dict[str, Any] = {}
+        for p in self._params:
+            if p.when is not None and not self._condition(p, env):
+                env[p.name] = None
+                continue
+            value = params[p.name] if p.name in params else p.values()[0] if p.gridable else p.spec.low
+            out[p.name] = env[p.name] = value
+        return out
+
+    def start_points(self) -> list[dict[str, Any]]:
+        """The file's ``start`` configurations, completed and validated."""
+        return [self.effective(self.complete(point)) for point in self.spec.start]
+
+    def value_lists(self) -> dict[str, list[Any]]:
+        """Every value of every gridable parameter, by name (for exhaustive or local search)."""
+        return {p.name: p.values() for p in self._params if p.gridable}
 
     def distributions(self) -> dict[str, BaseDistribution]:
         """Optuna distribution of every parameter (regardless of ``when``), by name."""

@@ -30,6 +30,7 @@ from tuner.backends import Backend, Measurement
 from tuner.failures import LaunchFailure
 from tuner.objectives import Objective
 from tuner.pruning import RelativeToBestPruner
+from tuner.sampler import IncumbentLocalSampler
 from tuner.space import Space
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -91,6 +92,8 @@ def open_storage(url: str) -> optuna.storages.BaseStorage:
     """An RDB storage with heartbeats (stale trials failed and retried once)."""
     if url.startswith("sqlite:///"):
         Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+    if url.startswith("sqlite:///"):
+        _enable_wal(url)
     return RDBStorage(
         url,
         heartbeat_interval=HEARTBEAT_S,
@@ -98,6 +101,15 @@ def open_storage(url: str) -> optuna.storages.BaseStorage:
         heartbeat_stale_trial_callback=RetryHeartbeatStaleTrialCallback(max_retry=1),
         engine_kwargs={"pool_pre_ping": True} if not url.startswith("sqlite") else None,
     )
+
+
+def _enable_wal(url: str) -> None:
+    """Write-ahead logging: readers (the dashboard) do not block the study, and a commit costs
+    microseconds instead of a disk sync per trial attribute. The mode persists in the file."""
+    import sqlite3
+
+    with sqlite3.connect(url.removeprefix("sqlite:///")) as conn:
+        conn.execute("PRAGMA journal_mode=WAL")
 
 
 def redact_url(url: str) -> str:
@@ -135,8 +147,10 @@ class Search:
         budget: int = 40,
         reuse: bool = True,
         prune: bool = True,
+        warm_start: bool = True,
         on_trial: Callable[[optuna.Study, FrozenTrial], None] | None = None,
         on_level: Callable[[int, int, Any], None] | None = None,
+        on_start: Callable[[int], None] | None = None,
     ):
         self.space = space
         self.backend = backend
@@ -147,11 +161,11 @@ class Search:
         self.prune = prune and not objective.multi
         self.on_trial = on_trial
         self.on_level = on_level
+        self.on_start = on_start
         self.storage_url = storage
+        self.warm_start = warm_start
         self.study_name = study_name
-        sampler = optuna.samplers.TPESampler(
-            seed=seed, multivariate=True, group=True, constant_liar=True, n_startup_trials=10
-        )
+        sampler = IncumbentLocalSampler(seed=seed, identity=self._identity)
         self.study = optuna.create_study(
             study_name=study_name,
             storage=open_storage(storage),
@@ -166,14 +180,27 @@ class Search:
         self.study.set_user_attr("space", space.name)
         self.study.set_user_attr("objective", objective.model_dump())
         self.study.set_user_attr("engine", space.spec.engine)
+        self.study.set_user_attr("workload", space.workload.model_dump(mode="json"))
         unit = space.launch.unit.model_dump() if space.launch.unit else {}
         self.study.set_user_attr("unit", {**unit, "python": space.launch.python})
+
+    def _identity(self, params: dict[str, Any]) -> str | None:
+        """Canonical configuration of a sampler proposal; None if the launch rules reject it."""
+        try:
+            full = self.space.complete(params)
+            return None if self.space.check(full) else self.space.key(full)
+        except ValueError:
+            return None
 
     # --- budget -------------------------------------------------------------------------
     def finished(self) -> int:
         return len(self.study.get_trials(deepcopy=False, states=FINISHED))
 
     def run(self) -> optuna.Study:
+        if self.warm_start:
+            # The space's known-good configurations go first (once per study).
+            for point in self.space.start_points():
+                self.study.enqueue_trial(point, skip_if_exists=True)
         remaining = self.budget - self.finished()
         if remaining > 0:
             callbacks: list = [MaxTrialsCallback(self.budget, states=FINISHED)]
@@ -186,6 +213,8 @@ class Search:
 
     # --- one trial ----------------------------------------------------------------------
     def _objective(self, trial: optuna.Trial) -> float | tuple[float, float]:
+        if self.on_start:
+            self.on_start(trial.number)
         params = self.space.suggest(trial)
         key = self.space.key(params)
         spec = self.space.render(params)
@@ -310,8 +339,11 @@ def _jsonable(obj: Any) -> Any:
     return obj
 
 
-def load_study(study_name: str | None, storage: str | None) -> optuna.Study:
-    """Open an existing study for reading; with no name, the only (or newest) study in ./studies."""
+def resolve_storage(study_name: str | None, storage: str | None) -> tuple[str, str]:
+    """(storage URL, study name) of an existing study; with no name, the newest in ./studies.
+
+    Raises LookupError naming what is missing.
+    """
     if storage is None:
         if study_name is None:
             dbs = sorted(STUDIES_DIR.glob("*.db"), key=os.path.getmtime)
@@ -323,8 +355,7 @@ def load_study(study_name: str | None, storage: str | None) -> optuna.Study:
             if not path.exists():
                 raise LookupError(f"no study database {path} (pass --storage for another location)")
             storage = f"sqlite:///{path}"
-    storage_obj = optuna.storages.RDBStorage(storage) if "://" in storage else storage
-    names = [s.study_name for s in optuna.get_all_study_summaries(storage_obj)]
+    names = [s.study_name for s in optuna.get_all_study_summaries(_reader(storage))]
     if study_name is None:
         if not names:
             raise LookupError(f"no study in {redact_url(storage)}")
@@ -333,4 +364,14 @@ def load_study(study_name: str | None, storage: str | None) -> optuna.Study:
         raise LookupError(
             f"no study named {study_name!r} in {redact_url(storage)}; found: {', '.join(names) or 'none'}"
         )
-    return optuna.load_study(study_name=study_name, storage=storage_obj)
+    return storage, study_name
+
+
+def _reader(url: str) -> optuna.storages.BaseStorage | str:
+    return optuna.storages.RDBStorage(url) if "://" in url else url
+
+
+def load_study(study_name: str | None, storage: str | None) -> optuna.Study:
+    """Open an existing study for reading (see :func:`resolve_storage`)."""
+    url, name = resolve_storage(study_name, storage)
+    return optuna.load_study(study_name=name, storage=_reader(url))

@@ -63,6 +63,7 @@ def run(args: argparse.Namespace) -> int:
                 "flags": flags_only(spec.argv),
                 "env": spec.env,
                 "levels": rec.attrs.get("levels", []),
+                "workload": study.user_attrs.get("workload"),
             },
             indent=2,
         )

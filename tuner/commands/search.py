@@ -5,16 +5,20 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from pathlib import Path
 
 import optuna
 from optuna.trial import FrozenTrial
 
+from tuner import logging as tuner_logging
+from tuner.annotate import TrialAnnotator, default_artifact_dir
 from tuner.backends import Backend, SimBackend
 from tuner.errors import UsageError
 from tuner.objectives import Objective
+from tuner.progress import Progress
 from tuner.sim.serving import DEFAULT_NOISE
 from tuner.space import DEFAULT_SPACE, Space, load_space, resolve_space
-from tuner.study import Search, TrialRecord, best_record, default_storage_url, default_study_name, redact_url
+from tuner.study import Search, best_record, default_storage_url, default_study_name, redact_url
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -56,7 +60,20 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--noise", type=float, default=DEFAULT_NOISE, help="simulator noise (sim backend)")
     p.add_argument("--no-prune", action="store_true", help="measure every level of every trial")
     p.add_argument("--no-reuse", action="store_true", help="re-measure configurations already measured")
+    p.add_argument(
+        "--no-start", action="store_true", help="do not measure the space's start configurations first"
+    )
     p.add_argument("--quiet", action="store_true", help="print only the final summary")
+    p.add_argument(
+        "--log-file", type=Path, metavar="PATH", help="append a detailed log (DEBUG, timestamps) to PATH"
+    )
+    p.add_argument(
+        "--log-level",
+        choices=("DEBUG", "INFO", "WARNING", "ERROR"),
+        default="WARNING",
+        help="console log level (default WARNING)",
+    )
+    p.add_argument("--no-annotate", action="store_true", help="write no dashboard notes or artifacts")
     p.set_defaults(handler=run)
 
 
@@ -78,12 +95,20 @@ def make_backend(space: Space, args: argparse.Namespace) -> Backend:
 def run(args: argparse.Namespace) -> int:
     if args.budget < 1:
         raise UsageError("--budget must be at least 1")
+    tuner_logging.setup(args.log_level, args.log_file)
     space = load_space(resolve_space(args.space))
     objective = make_objective(space, args)
     backend = make_backend(space, args)
     study_name = args.study or default_study_name(space, objective)
     storage = args.storage or default_storage_url(study_name)
-    printer = TrialPrinter(space, objective, quiet=args.quiet)
+    progress = Progress(space, quiet=args.quiet)
+    annotator = None if args.no_annotate else TrialAnnotator(default_artifact_dir(storage, study_name))
+
+    def on_trial(study: optuna.Study, t: FrozenTrial) -> None:
+        if annotator is not None:
+            annotator(study, t)
+        progress.trial_done(study, t)
+
     search = Search(
         space,
         backend,
@@ -94,7 +119,10 @@ def run(args: argparse.Namespace) -> int:
         budget=args.budget,
         reuse=not args.no_reuse,
         prune=not args.no_prune,
-        on_trial=printer.trial_done,
+        warm_start=not args.no_start,
+        on_trial=on_trial,
+        on_level=progress.level_done,
+        on_start=progress.trial_started,
     )
     already = search.finished()
     print(
@@ -103,65 +131,38 @@ def run(args: argparse.Namespace) -> int:
         flush=True,
     )
     started = time.monotonic()
-    search.run()
-    printer.summary(search.study, time.monotonic() - started, study_name, args.storage)
+    progress.start(args.budget, already)
+    try:
+        search.run()
+    finally:
+        progress.close()
+    summary(search.study, objective, time.monotonic() - started, study_name, args.storage)
     return 0
 
 
-class TrialPrinter:
-    """One line per finished trial: what differs from the best, levels, state, best so far."""
-
-    def __init__(self, space: Space, objective: Objective, *, quiet: bool = False):
-        self.space = space
-        self.objective = objective
-        self.quiet = quiet
-
-    def trial_done(self, study: optuna.Study, t: FrozenTrial) -> None:
-        if self.quiet:
-            return
-        rec = TrialRecord.of(t)
-        best = best_record(study)
-        print(self.line(rec, best), flush=True)
-
-    def line(self, rec: TrialRecord, best: TrialRecord | None) -> str:
-        if best is None or best.number == rec.number:
-            diff = "(best)" if best is not None else ""
-            shown = rec.params if best is None else {}
-            diff = diff or " ".join(f"{k}={v}" for k, v in shown.items())
-        else:
-            d = self.space.differences(rec.params, best.params)
-            diff = " ".join(f"{k}={v[0]}" for k, v in d.items()) or "(same as best)"
-        levels = " ".join(
-            f"C{lv['concurrency']}:{lv['output_tok_s']:.0f}" for lv in rec.attrs.get("levels", [])
-        )
-        state = rec.outcome
-        if rec.outcome in ("pruned", "infeasible", "failed") or rec.attrs.get("violations"):
-            state = rec.attrs.get("reason", rec.outcome)
-        if rec.outcome == "reused":
-            state = f"reused #{rec.attrs.get('reused_from')}"
-        best_s = f"best {best.values[-1]:.0f} (#{best.number})" if best and best.values else "best -"
-        return f"#{rec.number:<3d} {diff[:90]:<90s} | {levels:<34s} | {state[:80]} | {best_s}"
-
-    def summary(self, study: optuna.Study, elapsed: float, study_name: str, storage: str | None) -> None:
-        best = best_record(study)
-        trials = study.get_trials(deepcopy=False)
-        counts: dict[str, int] = {}
-        for t in trials:
-            o = t.user_attrs.get("outcome", t.state.name.lower())
-            counts[o] = counts.get(o, 0) + 1
-        server_s = sum(float(t.user_attrs.get("server_s", 0.0)) for t in trials)
-        print(
-            f"\n{len(trials)} trials ({', '.join(f'{v} {k}' for k, v in sorted(counts.items()))}); "
-            f"server time {server_s / 3600:.1f} h; this run {elapsed:.1f} s"
-        )
-        if best is None:
-            print("no feasible configuration yet", file=sys.stderr)
-            return
-        print(f"best: trial #{best.number}, {self.objective.name} = {best.values[-1]:.1f} tok/s")  # type: ignore[index]
-        for lv in best.attrs.get("levels", []):
-            print(f"  C={lv['concurrency']:3d}: {lv['output_tok_s']:8.1f} tok/s")
-        print("  flags: " + " ".join(best.attrs.get("flags", [])))
-        if best.attrs.get("env"):
-            print("  env:   " + " ".join(f"{k}={v}" for k, v in best.attrs["env"].items()))
-        where = f" --study {study_name}" + (f" --storage '{redact_url(storage)}'" if storage else "")
-        print(f"unit file: tuner best{where} > sglang.service")
+def summary(
+    study: optuna.Study, objective: Objective, elapsed: float, study_name: str, storage: str | None
+) -> None:
+    """The closing lines: trial counts by outcome, server time, the best and where its unit is."""
+    best = best_record(study)
+    trials = study.get_trials(deepcopy=False)
+    counts: dict[str, int] = {}
+    for t in trials:
+        o = t.user_attrs.get("outcome", t.state.name.lower())
+        counts[o] = counts.get(o, 0) + 1
+    server_s = sum(float(t.user_attrs.get("server_s", 0.0)) for t in trials)
+    print(
+        f"\n{len(trials)} trials ({', '.join(f'{v} {k}' for k, v in sorted(counts.items()))}); "
+        f"server time {server_s / 3600:.1f} h; this run {elapsed:.1f} s"
+    )
+    if best is None:
+        print("no feasible configuration yet", file=sys.stderr)
+        return
+    print(f"best: trial #{best.number}, {objective.name} = {best.values[-1]:.1f} tok/s")  # type: ignore[index]
+    for lv in best.attrs.get("levels", []):
+        print(f"  C={lv['concurrency']:3d}: {lv['output_tok_s']:8.1f} tok/s")
+    print("  flags: " + " ".join(best.attrs.get("flags", [])))
+    if best.attrs.get("env"):
+        print("  env:   " + " ".join(f"{k}={v}" for k, v in best.attrs["env"].items()))
+    where = f" --study {study_name}" + (f" --storage '{redact_url(storage)}'" if storage else "")
+    print(f"unit file: tuner best{where} > sglang.service")

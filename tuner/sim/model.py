@@ -76,6 +76,11 @@ GRAPH_OVERHEAD_US_PER_LAYER = 56.0
 #: CPU launch time per layer without CUDA graphs (eager PyTorch, ~12 kernels at ~40 us of
 #: Python and launch each). Calibrated to "TP8 without CUDA graphs ~4x slower at C=1".
 EAGER_LAUNCH_US_PER_LAYER = 670.0
+#: Without CUDA graphs the CPU launch stream overlaps GPU work only in part: the eager forward
+#: has host-device synchronisations (routing metadata, sampling) that serialise this share of
+#: the shorter of the two (estimate; keeps eager mode ~10% behind graphs at large batch, where
+#: launch time is otherwise hidden).
+EAGER_SERIALISED_FRACTION = 0.3
 #: Per-MoE-layer cost of SGLang's non-DeepEP expert-parallel path (token permutation,
 #: masked grouped GEMM launch, un-permutation). Calibrated to TP8+EP8 C=1 ~65 tok/s.
 EP_DISPATCH_US_PER_LAYER = 62.0
@@ -388,7 +393,7 @@ class PerfModel:
         gpu_s, eager_cpu, fixed = self._decode_base(batch)
         gpu = gpu_s + self._kv_seconds_per_token() * context_tokens
         if eager_cpu:
-            gpu = np.maximum(gpu, eager_cpu)
+            gpu = np.maximum(gpu, eager_cpu) + EAGER_SERIALISED_FRACTION * np.minimum(gpu, eager_cpu)
         return gpu + fixed
 
     # --- prefill ----------------------------------------------------------------------------

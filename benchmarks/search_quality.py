@@ -1,0 +1,67 @@
+"""Does `tuner search --budget 40` find the best of the reference space? (noise on)
+
+    python benchmarks/search_quality.py [--seeds 10] [--budget 40]
+
+For each seed, a study runs exactly as `tuner search --budget 40 --seed S` does
+(simulator with its default noise, SQLite storage); the configuration it recommends is
+then scored noise-free and compared with the best of the space established by
+benchmarks/space_best.py (run that first).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from _common import reference_space
+from space_best import RESULT, true_value
+
+from tuner.backends import SimBackend
+from tuner.objectives import Objective
+from tuner.sim.serving import DEFAULT_NOISE
+from tuner.study import Search, best_record
+
+
+def run_study(space, seed: int, budget: int, tmp: str, noise: float = DEFAULT_NOISE, **kw) -> tuple[Search, float]:
+    search = Search(space, SimBackend(space.hardware, space.model, noise=noise), study_name=f"s{seed}",
+                    storage=f"sqlite:///{tmp}/s{seed}.db", objective=Objective(), seed=seed, budget=budget, **kw)
+    t0 = time.perf_counter()
+    search.run()
+    return search, time.perf_counter() - t0
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--seeds", type=int, default=10)
+    ap.add_argument("--first-seed", type=int, default=0)
+    ap.add_argument("--budget", type=int, default=40)
+    ap.add_argument("--noise", type=float, default=DEFAULT_NOISE)
+    args = ap.parse_args()
+    space = reference_space()
+    best = json.loads(RESULT.read_text())
+    print(f"best of the space (noise-free): {best['value']:.1f} tok/s")
+    cache: dict[str, float] = {}
+    hits = 0
+    with tempfile.TemporaryDirectory() as tmp:
+        for seed in range(args.first_seed, args.first_seed + args.seeds):
+            search, wall = run_study(space, seed, args.budget, tmp, args.noise)
+            rec = best_record(search.study)
+            value = true_value(space, space.complete(rec.params), cache) if rec else 0.0
+            gap = 1 - value / best["value"]
+            hits += gap <= 0.03
+            trials = search.study.get_trials()
+            server_h = sum(float(t.user_attrs.get("server_s", 0)) for t in trials) / 3600
+            print(f"seed {seed}: recommended trial #{rec.number if rec else '-'} noise-free {value:7.1f} tok/s "
+                  f"({gap:+.1%} below best)  {'ok' if gap <= 0.03 else 'MISS'}  wall {wall:.1f}s  "
+                  f"server {server_h:.1f} h")
+    print(f"within 3% of the best in {hits} of {args.seeds} seeds")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,379 @@
+"""Notes and artifacts on trials, for optuna-dashboard.
+
+The dashboard shows a trial's parameters and values, but not what a person needs to
+judge a serving configuration: the numbers of each concurrency level, why a trial was
+pruned or refused, whether it met the study's constraints (optuna-dashboard 0.21 does
+not display Optuna 5's ``set_constraint`` values at all, and may star an infeasible
+trial), whether its result was copied from an identical configuration, and the unit
+file that would launch it. :func:`annotate_trial` writes all of that as the trial's
+Markdown note (``optuna_dashboard.save_note``) and stores the files (unit, per-level
+metrics as JSON, server log, request records) in a
+:class:`optuna.artifacts.FileSystemArtifactStore` the dashboard serves.
+
+Where an artifact's record goes: Optuna refuses to change a finished trial, and a
+study callback only ever sees finished trials. A running trial gets its artifacts
+through ``optuna.artifacts.upload_artifact``; a finished one gets the record the
+dashboard itself reads for trial artifacts kept at study level
+(``dashboard:artifacts:<trial_id>:<artifact_id>``). Artifact ids are derived from the
+study, trial and file name, so annotating a trial again replaces its files instead
+of adding copies.
+
+Cost: two reads of the study's system attributes, four or five small writes (one
+commit each with SQLite) and a few small files: about 20 ms per trial plus the
+commits' fsyncs. Nothing here raises into the study (failures are logged as
+warnings). :class:`TrialAnnotator` is the ready-made study callback.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import mimetypes
+import tempfile
+import uuid
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import optuna
+from loguru import logger
+from optuna.artifacts import FileSystemArtifactStore
+from optuna.trial import FrozenTrial, TrialState
+
+from tuner.study import STUDIES_DIR, TrialRecord
+
+#: Prefix under which optuna-dashboard looks for a trial's artifacts in the study's
+#: system attributes (followed by ``<trial_id>:<artifact_id>``).
+DASHBOARD_TRIAL_ARTIFACT_PREFIX = "dashboard:artifacts:"
+_ID_NAMESPACE = uuid.UUID("6f1d2c4e-0b7a-5d8e-9c3f-7a1b2c3d4e5f")
+
+LEVEL_COLUMNS: tuple[tuple[str, str, str], ...] = (
+    # (header, LevelMetrics field, format)
+    ("C", "concurrency", "d"),
+    ("tok/s", "output_tok_s", ".1f"),
+    ("wall s", "wall_s", ".1f"),
+    ("TTFT p50 s", "ttft_s_p50", ".3f"),
+    ("TTFT p99 s", "ttft_s_p99", ".3f"),
+    ("ITL p50 ms", "itl_ms_p50", ".1f"),
+    ("TPOT ms", "tpot_ms_mean", ".1f"),
+)
+
+
+def default_artifact_dir(storage_url: str, study_name: str) -> Path:
+    """Where a study's artifacts live: ``<study>-artifacts/`` next to its SQLite file
+    (``studies/<study>-artifacts/`` for the default storage), else under ./studies."""
+    if storage_url.startswith("sqlite:///"):
+        db = Path(storage_url.removeprefix("sqlite:///"))
+        return db.parent / f"{study_name}-artifacts"
+    return STUDIES_DIR / f"{study_name}-artifacts"
+
+
+# --------------------------------------------------------------------------- the note
+
+
+def _fmt(value: Any, spec: str) -> str:
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return "-"
+    try:
+        return format(value, spec)
+    except (TypeError, ValueError):
+        return str(value)
+
+
+def levels_table(levels: list[Mapping[str, Any]]) -> list[str]:
+    """Markdown table of the per-level metrics (C, tok/s, wall, TTFT p50/p99, ITL p50, TPOT)."""
+    header = [h for h, _, _ in LEVEL_COLUMNS] + ["done"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---:|" * len(header)]
+    for lv in levels:
+        cells = [_fmt(lv.get(field), spec) for _, field, spec in LEVEL_COLUMNS]
+        done = f"{lv.get('completed', 0)}" + (f" ({lv['failed']} failed)" if lv.get("failed") else "")
+        lines.append("| " + " | ".join([*cells, done]) + " |")
+    return lines
+
+
+_MD_SPECIAL = str.maketrans({c: "\\" + c for c in "\\`*_[]<>|#"})
+
+
+def md_escape(text: str) -> str:
+    """Free text (a server's error message) shown literally in Markdown, on one line."""
+    return " ".join(str(text).split()).translate(_MD_SPECIAL)
+
+
+def state_in_words(t: FrozenTrial) -> str:
+    """What happened to the trial, in a sentence (Markdown: free text is escaped)."""
+    a = t.user_attrs
+    outcome = a.get("outcome")
+    reason = md_escape(a.get("reason", ""))
+    n_levels = len(a.get("levels", []))
+    if t.state == TrialState.RUNNING:
+        return "running"
+    if t.state == TrialState.WAITING:
+        return "waiting to run"
+    if outcome == "complete":
+        text = f"complete: measured all {n_levels} levels"
+        return text + (f"; {reason}" if reason else "")
+    if outcome == "reused":
+        return (
+            f"reused: the same configuration as trial #{a.get('reused_from')}, whose results were "
+            "copied (no server started)" + (f"; {reason}" if reason else "")
+        )
+    if outcome == "pruned":
+        return (
+            f"pruned: {reason or 'stopped early'}, after {n_levels} level(s): its throughput there was "
+            "far below the best trials' at the same level"
+        )
+    if outcome == "infeasible":
+        return f"infeasible, not launched: {reason or 'rejected by the launch rules'}"
+    if outcome == "failed":
+        cls = a.get("failure_class", "unknown")
+        return f"failed ({cls}): {reason or 'the server did not start'}"
+    if t.state == TrialState.FAIL:
+        why = t.system_attrs.get("fail_reason", "the trial raised an error or its worker stopped")
+        return f"error: {md_escape(why)}"
+    return t.state.name.lower()
+
+
+def constraints_in_words(t: FrozenTrial) -> str:
+    """Constraint status (Optuna 5 ``set_constraint``, feasible when <= 0) in words."""
+    constraints = t.constraints
+    if not constraints:
+        return "none recorded"
+    met, violated = [], []
+    levels = t.user_attrs.get("levels", [])
+    single = next((lv["output_tok_s"] for lv in levels if lv.get("concurrency") == 1), None)
+    for key, v in sorted(constraints.items()):
+        if key == "min_single_stream":
+            if v > 0:
+                violated.append(f"min_single_stream: single-stream short by {v:.1f} tok/s")
+            else:
+                got = f" ({single:.1f} tok/s)" if single is not None else ""
+                met.append(f"min_single_stream: met{got}, {-v:.1f} tok/s above the floor")
+        elif key == "feasible":
+            (violated if v > 0 else met).append(
+                "launch rules: refused before launch" if v > 0 else "launch rules: accepted"
+            )
+        elif key == "launch":
+            (violated if v > 0 else met).append(
+                "launch: the server failed to start" if v > 0 else "launch: started"
+            )
+        elif v > 0:
+            violated.append(f"{key}: violated by {v:g}")
+        else:
+            met.append(f"{key}: met ({v:g})")
+    if violated:
+        return "violated: " + "; ".join(violated) + (f" (met: {'; '.join(met)})" if met else "")
+    return "feasible: " + "; ".join(met)
+
+
+def trial_note(study_name: str, t: FrozenTrial, *, unit_text: str | None, artifacts: list[str]) -> str:
+    """The Markdown note of a trial (see the module docstring for what it holds)."""
+    a = t.user_attrs
+    values = "/".join(f"{v:.1f}" for v in t.values) if t.values else "-"
+    if t.values and a.get("outcome") in ("infeasible", "failed"):
+        value = f"{values} (a placeholder for the sampler: nothing was measured)"
+    else:
+        value = values + (" tok/s" if t.values else "")
+    lines = [
+        f"### Trial {t.number} of {study_name}",
+        "",
+        f"**State:** {state_in_words(t)}  ",
+        f"**Value:** {value} (backend {a.get('backend', '?')})  ",
+        f"**Constraints:** {constraints_in_words(t)}  ",
+    ]
+    if "reused_from" in a:
+        lines.append(f"**Reused:** results of trial #{a['reused_from']} (same configuration)  ")
+    if a.get("server_s") is not None:
+        startup = f", of which start-up {a['startup_s']:.0f} s" if a.get("startup_s") else ""
+        lines.append(f"**Server time:** {float(a['server_s']):.0f} s{startup}  ")
+    levels = a.get("levels", [])
+    if levels:
+        lines += ["", *levels_table(levels)]
+    if unit_text:
+        lines += ["", "systemd unit:", "", "```ini", unit_text.rstrip("\n"), "```"]
+    elif a.get("flags"):
+        lines += ["", "command:", "", "```", " ".join(a["flags"]), "```"]
+    if artifacts:
+        lines += ["", "Artifacts: " + ", ".join(f"`{name}`" for name in artifacts)]
+    lines.append("")
+    lines.append("_Written by tuner; the dashboard does not display Optuna 5 constraints, hence the words._")
+    return "\n".join(lines) + "\n"
+
+
+def unit_for_trial(
+    study: optuna.Study, t: FrozenTrial, *, study_attrs: Mapping[str, Any] | None = None
+) -> str | None:
+    """The systemd unit that launches trial ``t``'s configuration, rendered as ``tuner best``
+    does (``study_attrs``: the study's user attributes, read from the study when None).
+    None when the trial has no command or the unit cannot be rendered on this machine."""
+    flags = t.user_attrs.get("flags")
+    if not flags:
+        return None
+    from tuner.commands.best import header_lines
+    from tuner.engines.base import LaunchSpec
+    from tuner.units import render_systemd_unit
+
+    attrs = study.user_attrs if study_attrs is None else study_attrs
+    settings = attrs.get("unit", {}) or {}
+    spec = LaunchSpec(
+        argv=list(flags), env=dict(t.user_attrs.get("env", {})), engine=attrs.get("engine", "sglang")
+    )
+    rec = TrialRecord.of(t)
+    header = header_lines(study.study_name, rec)
+    if not rec.feasible:
+        header.append(f"not a recommended configuration: {rec.outcome}")
+    try:
+        return render_systemd_unit(
+            spec,
+            description=settings.get("description")
+            or f"{spec.engine} server, trial {t.number} of {study.study_name} (tuner)",
+            header=header,
+            python=settings.get("python"),
+            user=settings.get("user"),
+            working_directory=settings.get("working_directory"),
+            environment_file=settings.get("environment_file"),
+        )
+    except ValueError as exc:
+        logger.debug(f"trial #{t.number}: no unit: {exc}")
+        return None
+
+
+# --------------------------------------------------------------------------- writing
+
+
+def _artifact_id(study_name: str, number: int, filename: str) -> str:
+    return str(uuid.uuid5(_ID_NAMESPACE, f"{study_name}\0{number}\0{filename}"))
+
+
+def _put(
+    study: optuna.Study,
+    t: FrozenTrial,
+    store: FileSystemArtifactStore,
+    filename: str,
+    data: bytes,
+) -> None:
+    """Store ``data`` as trial ``t``'s artifact ``filename`` (see the module docstring)."""
+    storage = study._storage
+    if not t.state.is_finished():
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / filename
+            path.write_bytes(data)
+            optuna.artifacts.upload_artifact(
+                artifact_store=store, file_path=str(path), study_or_trial=t, storage=storage
+            )
+        return
+    artifact_id = _artifact_id(study.study_name, t.number, filename)
+    mimetype, encoding = mimetypes.guess_type(filename)
+    meta = {
+        "artifact_id": artifact_id,
+        "filename": filename,
+        "mimetype": mimetype or "application/octet-stream",
+        "encoding": encoding,
+    }
+    store.write(artifact_id, io.BytesIO(data))
+    storage.set_study_system_attr(
+        study._study_id, f"{DASHBOARD_TRIAL_ARTIFACT_PREFIX}{t._trial_id}:{artifact_id}", json.dumps(meta)
+    )
+
+
+def _levels_json(study_name: str, t: FrozenTrial) -> bytes:
+    a = t.user_attrs
+    doc = {
+        "study": study_name,
+        "trial": t.number,
+        "state": t.state.name,
+        "outcome": a.get("outcome"),
+        "values": t.values,
+        "params": t.params,
+        "flags": a.get("flags"),
+        "env": a.get("env"),
+        "levels": a.get("levels", []),
+        "intermediate_values": {str(k): v for k, v in sorted(t.intermediate_values.items())},
+        "constraints": t.constraints,
+        "reused_from": a.get("reused_from"),
+    }
+    return (json.dumps(doc, indent=2, default=str) + "\n").encode()
+
+
+def annotate_trial(
+    study: optuna.Study,
+    frozen_trial: FrozenTrial,
+    *,
+    artifact_dir: Path,
+    log_path: Path | None = None,
+    unit_text: str | None = None,
+    records_path: Path | None = None,
+) -> bool:
+    """Write trial ``frozen_trial``'s note and artifacts (unit, per-level JSON, server log
+    or its stored tail, request records) for optuna-dashboard.
+
+    Never raises: a failure is logged as a warning and False returned, so a study
+    callback can call it without risking the study.
+    """
+    try:
+        from optuna_dashboard import save_note
+
+        artifact_dir = Path(artifact_dir)
+        artifact_dir.mkdir(parents=True, exist_ok=True)
+        store = FileSystemArtifactStore(artifact_dir)
+        n = frozen_trial.number
+        files: list[tuple[str, bytes]] = []
+        if unit_text:
+            files.append((f"trial-{n}.service", unit_text.encode()))
+        if frozen_trial.user_attrs.get("levels") or frozen_trial.user_attrs.get("flags"):
+            files.append((f"trial-{n}-levels.json", _levels_json(study.study_name, frozen_trial)))
+        if log_path is not None and Path(log_path).is_file():
+            files.append((f"trial-{n}-server.log", Path(log_path).read_bytes()))
+        elif frozen_trial.user_attrs.get("log_tail"):
+            files.append((f"trial-{n}-log-tail.txt", str(frozen_trial.user_attrs["log_tail"]).encode()))
+        if records_path is not None and Path(records_path).is_file():
+            files.append((f"trial-{n}-{Path(records_path).name}", Path(records_path).read_bytes()))
+        for name, data in files:
+            _put(study, frozen_trial, store, name, data)
+        note = trial_note(
+            study.study_name, frozen_trial, unit_text=unit_text, artifacts=[f for f, _ in files]
+        )
+        trial = optuna.Trial(study, frozen_trial._trial_id)
+        save_note(trial, note)
+        return True
+    except Exception as exc:
+        logger.warning(f"annotating trial #{frozen_trial.number} for the dashboard failed: {exc!r}")
+        return False
+
+
+class TrialAnnotator:
+    """A study callback that annotates every finished trial (see :func:`annotate_trial`).
+
+    ``logs``: optional function from a finished trial to its ``(server log, request
+    records)`` paths (either may be None). The study's user attributes (unit settings,
+    engine) are read once. The writes happen in the callback: a background thread was
+    measured slower overall with SQLite, whose writers queue on one file lock.
+    """
+
+    def __init__(
+        self,
+        artifact_dir: Path,
+        *,
+        logs: Callable[[FrozenTrial], tuple[Path | None, Path | None]] | None = None,
+    ):
+        self.artifact_dir = Path(artifact_dir)
+        self.logs = logs
+        self._study_attrs: Mapping[str, Any] | None = None
+
+    def __call__(self, study: optuna.Study, frozen_trial: FrozenTrial) -> None:
+        try:
+            if self._study_attrs is None:  # read once: a storage round trip per call otherwise
+                self._study_attrs = dict(study.user_attrs)
+            log_path, records_path = self.logs(frozen_trial) if self.logs is not None else (None, None)
+            unit_text = unit_for_trial(study, frozen_trial, study_attrs=self._study_attrs)
+        except Exception as exc:
+            logger.warning(f"annotating trial #{frozen_trial.number} for the dashboard failed: {exc!r}")
+            return
+        annotate_trial(
+            study,
+            frozen_trial,
+            artifact_dir=self.artifact_dir,
+            log_path=log_path,
+            unit_text=unit_text,
+            records_path=records_path,
+        )
