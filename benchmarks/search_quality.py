@@ -28,9 +28,19 @@ from tuner.sim.serving import DEFAULT_NOISE
 from tuner.study import Search, best_record
 
 
-def run_study(space, seed: int, budget: int, tmp: str, noise: float = DEFAULT_NOISE, **kw) -> tuple[Search, float]:
-    search = Search(space, SimBackend(space.hardware, space.model, noise=noise), study_name=f"s{seed}",
-                    storage=f"sqlite:///{tmp}/s{seed}.db", objective=Objective(), seed=seed, budget=budget, **kw)
+def run_study(
+    space, seed: int, budget: int, tmp: str, noise: float = DEFAULT_NOISE, **kw
+) -> tuple[Search, float]:
+    search = Search(
+        space,
+        SimBackend(space.hardware, space.model, noise=noise),
+        study_name=f"s{seed}",
+        storage=f"sqlite:///{tmp}/s{seed}.db",
+        objective=Objective(),
+        seed=seed,
+        budget=budget,
+        **kw,
+    )
     t0 = time.perf_counter()
     search.run()
     return search, time.perf_counter() - t0
@@ -57,9 +67,11 @@ def main() -> None:
             hits += gap <= 0.03
             trials = search.study.get_trials()
             server_h = sum(float(t.user_attrs.get("server_s", 0)) for t in trials) / 3600
-            print(f"seed {seed}: recommended trial #{rec.number if rec else '-'} noise-free {value:7.1f} tok/s "
-                  f"({gap:+.1%} below best)  {'ok' if gap <= 0.03 else 'MISS'}  wall {wall:.1f}s  "
-                  f"server {server_h:.1f} h")
+            print(
+                f"seed {seed}: recommended trial #{rec.number if rec else '-'} noise-free {value:7.1f} tok/s "
+                f"({gap:+.1%} below best)  {'ok' if gap <= 0.03 else 'MISS'}  wall {wall:.1f}s  "
+                f"server {server_h:.1f} h"
+            )
     print(f"within 3% of the best in {hits} of {args.seeds} seeds")
 
 

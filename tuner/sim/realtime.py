@@ -18,7 +18,14 @@ flush interval late, and a stream whose steps are shorter than the flush interva
 several tokens per chunk (usage still counts every token). The flush interval grows
 with the number of open streams so that the HTTP layer never has to send more than
 ``max_chunks_per_s`` chunks per second, which keeps the emulator's CPU cost bounded at
-any speedup.
+any speedup. The price: a request that arrives while steps are computed ahead joins at
+the next iteration boundary after them, up to one flush interval (real time) late, and
+ITLs are measured per chunk; at speedup 1 the steps are longer than the interval and
+every step is its own chunk.
+
+Admission is checked at every iteration boundary, as SGLang's scheduler does; the
+discrete-event simulation checks it at most every few iterations while requests wait
+(a speed-up of its own), so under KV pressure the two can differ by a few percent.
 
 Per-token work is O(1): a running request's token count is derived from the global
 decode-step counter (``generated = gen_fixed + steps - g0``), finishes come off a heap,
@@ -50,8 +57,8 @@ from tuner.sim.serving import (
 DEFAULT_CHUNK_INTERVAL_S = 0.002
 #: Cap on chunks per second over all streams; the flush interval grows beyond
 #: ``DEFAULT_CHUNK_INTERVAL_S`` when ``open streams / interval`` would exceed it. One core
-#: of the HTTP layer sends roughly 20-40k chunks/s, so 10k leaves headroom.
-DEFAULT_MAX_CHUNKS_PER_S = 10_000.0
+#: of the HTTP layer sends ~10k chunks/s (uvicorn + h11, measured), so 5k leaves headroom.
+DEFAULT_MAX_CHUNKS_PER_S = 5_000.0
 #: How far (real seconds) the loop may fall behind its virtual clock before it gives up
 #: on catching up; the debt it drops is reported as ``lag_s`` (the emulator, not the
 #: model, set the pace for that long).
@@ -106,6 +113,10 @@ class EngineStats:
     model_busy_s: float = 0.0
     #: real seconds with at least one request in the engine
     busy_wall_s: float = 0.0
+    #: start and end (``time.perf_counter``, i.e. CLOCK_MONOTONIC: comparable across
+    #: processes on one host) of the last busy period
+    busy_start: float = 0.0
+    busy_end: float = 0.0
     #: real seconds the loop fell behind its model and did not catch up
     lag_s: float = 0.0
     max_running: int = 0
@@ -155,6 +166,7 @@ class RealtimeEngine:
         self._released: list[Generation] = []  # not running, but with tokens to release
         self._cancelled_running: list[Generation] = []
         self._cancelled_waiting = 0
+        self._open: dict[int, Generation] = {}
         self._next_rid = 0
         self._wake: asyncio.Event | None = None
         self._busy_since: float | None = None
@@ -178,10 +190,11 @@ class RealtimeEngine:
             arrival=self.clock(),
         )
         self._waiting.append(gen)
+        self._open[rid] = gen
         self.stats.submitted += 1
         self.stats.prompt_tokens += gen.prompt_tokens
         if self._busy_since is None:
-            self._busy_since = gen.arrival
+            self._busy_since = self.stats.busy_start = gen.arrival
         if self._wake is not None:
             self._wake.set()
         return gen
@@ -192,12 +205,18 @@ class RealtimeEngine:
         if gen.done or gen.cancelled:
             return
         gen.cancelled = True
+        self._open.pop(gen.rid, None)
         self.stats.cancelled += 1
         if gen.state == "running":
             self._cancelled_running.append(gen)
         elif gen.state == "waiting":
             self._cancelled_waiting += 1
         gen.event.set()
+
+    def cancel_all(self) -> None:
+        """Cancel every open request (server shutdown)."""
+        for gen in list(self._open.values()):
+            self.cancel(gen)
 
     @property
     def open_requests(self) -> int:
@@ -225,7 +244,8 @@ class RealtimeEngine:
 
     def _go_idle(self) -> None:
         if self._busy_since is not None:
-            self.stats.busy_wall_s += max(0.0, self.clock() - self._busy_since)
+            self.stats.busy_end = self.clock()
+            self.stats.busy_wall_s += max(0.0, self.stats.busy_end - self._busy_since)
             self._busy_since = None
 
     def _drop_cancelled_waiting(self) -> None:
@@ -416,6 +436,7 @@ class RealtimeEngine:
                     g.visible = v
                     if g.finished:
                         g.done = True
+                        self._open.pop(g.rid, None)
                     g.event.set()
         self._released.clear()
         self.stats.output_tokens += released

@@ -9,10 +9,14 @@ the OpenAI chat API and SGLang's native endpoints, streaming tokens at the pace 
 model predicts (divided by ``--speedup``). The load generator, the launchers and the
 whole study can therefore be exercised end to end without a GPU.
 
-Starlette and uvicorn carry the HTTP side (the same stack SGLang uses, so clients see
-the same framing); the hot path, one SSE chunk per flush per stream, bypasses
-Starlette's ``StreamingResponse`` and writes ASGI messages directly, which keeps a chunk
-at a few tens of microseconds of CPU. The batching itself is
+Starlette and uvicorn carry the HTTP side: the stack SGLang itself uses, so clients see
+the same framing, and fast enough. The generation endpoints bypass Starlette's
+middleware and ``StreamingResponse`` and write ASGI messages directly: ~70 us of CPU
+per chunk (uvicorn's h11 and the socket write are most of it), i.e. one core streams
+~15-20k chunks/s, measured with one token per chunk by ``benchmarks/loadgen_ceiling.py``.
+The engine coalesces tokens so that the chunk rate stays below ``--max-chunks-per-s``
+(5k/s by default) whatever the speedup, so a plain-asyncio HTTP server would buy
+nothing a test or a study needs. The batching itself is
 :class:`tuner.sim.realtime.RealtimeEngine`.
 """
 
@@ -26,7 +30,9 @@ import math
 import os
 import signal
 import socket
+import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -39,6 +45,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from tuner import profiles
 from tuner.failures import LaunchFailure
 from tuner.sim.model import PerfModel
 from tuner.sim.realtime import (
@@ -171,16 +178,16 @@ class _EventStream:
 
     def __init__(
         self,
-        engine: RealtimeEngine,
+        emu: Emulator,
         gen: Generation,
         head: bytes,
         render: Callable[[int, int], bytes],
         tail: Callable[[], bytes],
     ):
-        self.engine, self.gen, self.head, self.render, self.tail = engine, gen, head, render, tail
+        self.emu, self.gen, self.head, self.render, self.tail = emu, gen, head, render, tail
 
     async def __call__(self, scope: Any, receive: Callable, send: Callable) -> None:
-        engine, gen = self.engine, self.gen
+        engine, gen = self.emu.engine, self.gen
         await send({"type": "http.response.start", "status": 200, "headers": _SSE_HEADERS})
         # The body has been read: receive() now returns only when the client goes away
         # (or the response completes).
@@ -204,6 +211,10 @@ class _EventStream:
                 await gen.event.wait()
             if not gen.cancelled:
                 await send({"type": "http.response.body", "body": self.tail(), "more_body": False})
+            elif self.emu.closing:
+                # Shutting down: end the HTTP response (the stream has no [DONE]) so the
+                # server can close the connection without cancelling this task.
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
         finally:
             watcher.cancel()
             engine.cancel(gen)
@@ -238,6 +249,7 @@ class Emulator:
             max_chunks_per_s=max_chunks_per_s,
         )
         self.ready = False
+        self.closing = False
         self.started = time.time()
         self.app = Starlette(
             routes=[
@@ -253,6 +265,29 @@ class Emulator:
                 Route("/flush_cache", self.flush_cache, methods=["GET", "POST"]),
             ]
         )
+        #: Generation endpoints skip Starlette's middleware (two exception wrappers around every
+        #: ``send``), the largest per-chunk cost of the stack after h11 and the syscall.
+        self._fast = {
+            ("POST", "/v1/chat/completions"): self.chat_completions,
+            ("POST", "/generate"): self.generate,
+        }
+
+    async def __call__(self, scope: Any, receive: Callable, send: Callable) -> None:
+        """The ASGI entry point."""
+        if scope["type"] == "http":
+            handler = self._fast.get((scope["method"], scope["path"]))
+            if handler is not None:
+                response = await handler(Request(scope, receive))
+                await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+    def shutdown(self) -> None:
+        """Stop serving: health turns 503 and every open request ends (streams without
+        ``[DONE]``, as when a real server goes away)."""
+        self.ready = False
+        self.closing = True
+        self.engine.cancel_all()
 
     # --- status endpoints ---------------------------------------------------------------
     async def health(self, request: Request) -> Response:
@@ -269,7 +304,7 @@ class Emulator:
                 await gen.event.wait()
         finally:
             self.engine.cancel(gen)
-        return Response(status_code=200)
+        return Response(status_code=503 if gen.cancelled else 200)
 
     def server_info_dict(self) -> dict[str, Any]:
         pm, mem = self.perf, self.perf.memory
@@ -289,6 +324,7 @@ class Emulator:
                     }
                 ],
                 "version": "emulated",
+                "nccl": pm.server_info().get("nccl") if hasattr(pm, "server_info") else None,
                 "emulator": {
                     "hardware": self.hardware,
                     "model": self.model,
@@ -405,7 +441,9 @@ class Emulator:
         if not body.get("stream"):
             await self._wait_done(gen, request)
             if gen.cancelled:
-                return Response(status_code=499)
+                return (
+                    _error(503, "The server is shutting down.") if self.closing else Response(status_code=499)
+                )
             return JSONResponse(
                 {
                     "id": cid,
@@ -460,7 +498,7 @@ class Emulator:
                 )
             return (out + "data: [DONE]\n\n").encode()
 
-        return _EventStream(self.engine, gen, head, render, tail)  # type: ignore[return-value]
+        return _EventStream(self, gen, head, render, tail)  # type: ignore[return-value]
 
     async def generate(self, request: Request) -> Response:
         """SGLang's native ``/generate``: ``text`` + ``meta_info``; streamed text is cumulative."""
@@ -511,7 +549,9 @@ class Emulator:
         if not body.get("stream"):
             await self._wait_done(gen, request)
             if gen.cancelled:
-                return Response(status_code=499)
+                return (
+                    _error(503, "The server is shutting down.") if self.closing else Response(status_code=499)
+                )
             return JSONResponse({"text": token_text(0, gen.target), "meta_info": meta(gen.target, True)})
 
         def render(a: int, b: int) -> bytes:
@@ -527,7 +567,7 @@ class Emulator:
                 + "\n\ndata: [DONE]\n\n"
             ).encode()
 
-        return _EventStream(self.engine, gen, b"", render, tail)  # type: ignore[return-value]
+        return _EventStream(self, gen, b"", render, tail)  # type: ignore[return-value]
 
 
 # --- process ----------------------------------------------------------------------------------
@@ -635,7 +675,11 @@ async def _serve(ns: argparse.Namespace, sglang_argv: list[str]) -> int:
         loop.add_signal_handler(sig, stop.set)
     fail_after = ns.fail_after
     if fail_after is None and os.environ.get(FAIL_AFTER_ENV):
-        fail_after = float(os.environ[FAIL_AFTER_ENV])
+        try:
+            fail_after = float(os.environ[FAIL_AFTER_ENV])
+        except ValueError:
+            sys.stderr.write(f"error: {FAIL_AFTER_ENV} must be a number of seconds\n")
+            return 2
     if fail_after is not None:
 
         def crash() -> None:
@@ -701,7 +745,7 @@ async def _serve(ns: argparse.Namespace, sglang_argv: list[str]) -> int:
         sys.stderr.write(f"OSError: [Errno {exc.errno}] {exc.strerror}\n")
         return 1
     config = uvicorn.Config(
-        emu.app,
+        emu,
         log_level="warning",
         access_log=False,
         lifespan="off",
@@ -726,8 +770,9 @@ async def _serve(ns: argparse.Namespace, sglang_argv: list[str]) -> int:
                 if task is not waiter and task.exception() is not None:
                     raise task.exception()  # type: ignore[misc]
         log("Shutting down.")
+        emu.shutdown()
+        await asyncio.sleep(0.05)  # let the open streams end their responses
         server.should_exit = True
-        server.force_exit = True
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(server_task, timeout=5)
         return 0
@@ -738,10 +783,132 @@ async def _serve(ns: argparse.Namespace, sglang_argv: list[str]) -> int:
         sock.close()
 
 
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port that was free a moment ago (bind to port 0 and release it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+class EmulatorProcess:
+    """The emulator as a child process in its own process group, on a loopback port.
+
+    For tests and benchmarks: ``with EmulatorProcess(["--tp-size", "8"], speedup=50) as emu:
+    ... emu.url ...``. The log (stdout and stderr) goes to a temporary file, read with
+    :meth:`log`; :meth:`stop` sends SIGTERM to the group, then SIGKILL if it lingers.
+    """
+
+    def __init__(
+        self,
+        sglang_flags: Sequence[str] = (),
+        *,
+        options: Sequence[str] = (),
+        speedup: float = 1.0,
+        port: int | None = None,
+        host: str = "127.0.0.1",
+        env: dict[str, str] | None = None,
+    ):
+        self.host = host
+        self.port = port or free_port(host)
+        self.argv = [
+            sys.executable,
+            "-m",
+            "tuner.sim.server",
+            "--speedup",
+            str(speedup),
+            *options,
+            "--",
+            *sglang_flags,
+            "--host",
+            host,
+            "--port",
+            str(self.port),
+        ]
+        self.env = {**os.environ, **(env or {})}
+        self.proc: subprocess.Popen[bytes] | None = None
+        self._log: Any = None
+        self._final_log = ""
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def start(self) -> EmulatorProcess:
+        self._log = tempfile.TemporaryFile()  # noqa: SIM115 - lives as long as the process
+        self.proc = subprocess.Popen(
+            self.argv, stdout=self._log, stderr=subprocess.STDOUT, env=self.env, start_new_session=True
+        )
+        return self
+
+    def log(self) -> str:
+        """Everything the process wrote so far (kept after :meth:`__exit__`)."""
+        if self._log is None or self._log.closed:
+            return self._final_log
+        self._log.flush()
+        self._log.seek(0)
+        return self._log.read().decode(errors="replace")
+
+    def wait_ready(self, timeout_s: float = 30.0) -> None:
+        """Wait for ``/health`` to answer 200; raises RuntimeError (with the log) if the
+        process exits or the time runs out."""
+        import httpx
+
+        assert self.proc is not None
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"emulator exited with {self.proc.returncode}:\n{self.log()}")
+            try:
+                if httpx.get(self.url + "/health", timeout=1.0, trust_env=False).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.05)
+        raise RuntimeError(f"emulator not healthy after {timeout_s} s:\n{self.log()}")
+
+    def stop(self, timeout_s: float = 5.0) -> int | None:
+        """SIGTERM the process group, SIGKILL it after ``timeout_s``; returns the exit status.
+        The log stays readable with :meth:`log`."""
+        proc = self.proc
+        if proc is None:
+            return None
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        if self._log is not None and not self._log.closed:
+            self._final_log = self.log()
+            self._log.close()
+        return proc.returncode
+
+    def __enter__(self) -> EmulatorProcess:
+        self.start()
+        try:
+            self.wait_ready()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
 def run(ns: argparse.Namespace, sglang_argv: Sequence[str]) -> int:
     """Run the emulator until SIGTERM/SIGINT; returns the exit status."""
     if ns.speedup <= 0:
         sys.stderr.write("error: --speedup must be positive\n")
+        return 2
+    try:
+        profiles.hardware(ns.hardware)
+        profiles.model(ns.model)
+    except profiles.ProfileError as exc:
+        sys.stderr.write(f"error: {exc}\n")
         return 2
     return asyncio.run(_serve(ns, list(sglang_argv)))
 
