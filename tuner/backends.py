@@ -11,6 +11,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Literal
 
 from tuner.engines.base import LaunchSpec
@@ -64,20 +65,19 @@ class Backend(ABC):
         """Run one trial's server and sweep; never leaves a server running."""
 
 
-def sweep_levels(levels_iter, objective: Objective, on_level: LevelCallback, m: Measurement) -> None:
-    """Drive a level iterator, summarising each level and stopping when the study says so."""
-    for i, level in enumerate(levels_iter):
-        level: LevelRecords
-        metrics = summarize(level)
-        gp = (
-            goodput_tok_s(level, objective.ttft_s, objective.tpot_ms) if objective.name == "goodput" else None
-        )
-        m.levels.append(metrics)
-        m.goodputs.append(gp)
-        m.server_s += metrics.wall_s
-        if on_level(i, metrics, gp) is False:
-            m.status = "stopped"
-            return
+def record_level(
+    index: int, level: LevelRecords, objective: Objective, on_level: LevelCallback, m: Measurement
+) -> bool:
+    """Summarise one measured level into ``m`` and ask the study whether to go on."""
+    metrics = summarize(level)
+    gp = goodput_tok_s(level, objective.ttft_s, objective.tpot_ms) if objective.name == "goodput" else None
+    m.levels.append(metrics)
+    m.goodputs.append(gp)
+    m.server_s += metrics.wall_s
+    if on_level(index, metrics, gp) is False:
+        m.status = "stopped"
+        return False
+    return True
 
 
 class SimBackend(Backend):
@@ -115,5 +115,78 @@ class SimBackend(Backend):
         )
         sim = ServingSimulator(model, seed=seed, noise=self.noise)
         sim.warm_up(workload)
-        sweep_levels((sim.run_level(workload, c) for c in workload.levels), objective, on_level, m)
+        for i, c in enumerate(workload.levels):
+            if not record_level(i, sim.run_level(workload, c), objective, on_level, m):
+                break
+        return m
+
+
+#: Default time a real server gets to become healthy (a ~600 GB checkpoint loads in minutes).
+DEFAULT_HEALTH_TIMEOUT_S = 1800.0
+
+
+class LauncherBackend(Backend):
+    """A real server: started by a launcher (local process, ssh, systemd), measured over HTTP.
+
+    The server log of each trial goes to ``<log_dir>/<trial label>.log``. Whatever happens
+    (launch failure, a server that dies mid-sweep, Ctrl-C), the server is stopped before
+    :meth:`measure` returns or raises.
+    """
+
+    def __init__(
+        self,
+        kind: str,
+        *,
+        log_dir: Path,
+        health_timeout_s: float = DEFAULT_HEALTH_TIMEOUT_S,
+        ssh: str | None = None,
+        launcher_options: dict | None = None,
+    ):
+        self.name = kind
+        self.kind = kind
+        self.log_dir = log_dir
+        self.health_timeout_s = health_timeout_s
+        self.ssh = ssh
+        self.launcher_options = dict(launcher_options or {})
+
+    def measure(
+        self,
+        spec: LaunchSpec,
+        workload: Workload,
+        objective: Objective,
+        *,
+        trial_label: str,
+        seed: int,
+        on_level: LevelCallback,
+    ) -> Measurement:
+        from tuner import engines, loadgen
+        from tuner.launchers import make_launcher
+
+        launcher = make_launcher(
+            self.kind, engine=engines.get(spec.engine), ssh=self.ssh, **self.launcher_options
+        )
+        log_path = self.log_dir / f"{trial_label}.log"
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        m = Measurement("ok")
+        try:
+            launcher.start(spec, log_path=log_path, trial_label=trial_label)
+            m.startup_s = m.server_s = launcher.wait_healthy(self.health_timeout_s, poll_s=1.0)
+            died = False
+
+            def on_records(level: LevelRecords) -> bool:
+                nonlocal died
+                if not launcher.alive():
+                    died = True  # this level ran into a dying server: not a measurement
+                    return False
+                return record_level(len(m.levels), level, objective, on_level, m)
+
+            loadgen.measure(launcher.base_url(), workload, seed=seed, on_records=on_records)
+            if died or not launcher.alive():
+                m.status = "failed"
+                m.failure = launcher.classify_exit()
+        except LaunchFailure as exc:
+            m.status, m.failure = "failed", exc
+        finally:
+            launcher.stop()
+            m.log_tail = launcher.log_tail(60)
         return m

@@ -900,11 +900,13 @@ async def run_sweep(
     timeouts: Timeouts | None = None,
     warmup: bool = True,
     fast: bool = True,
+    on_records: Callable[[LevelRecords], bool | None] | None = None,
 ) -> list[LevelRecords]:
     """Warm up, then measure the workload's levels lowest first.
 
     ``on_level`` receives each level's :class:`LevelMetrics` (it may be a coroutine
     function); returning ``False`` stops the sweep (this is how a study prunes).
+    ``on_records`` receives the level's raw records instead (same contract).
     ``fast``: see :func:`run_level`.
     """
     timeouts = timeouts or Timeouts()
@@ -919,6 +921,8 @@ async def run_sweep(
         for c in workload.levels:
             level = await run_level(clients, workload, c, model_name=model_name, seed=seed, timeouts=timeouts)
             out.append(level)
+            if on_records is not None and on_records(level) is False:
+                break
             if on_level is not None:
                 verdict = on_level(summarize(level))
                 if inspect.isawaitable(verdict):

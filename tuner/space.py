@@ -353,8 +353,12 @@ def _same_choice(a: Any, b: Any) -> bool:
 
 def _render_same(a: Any, b: Any) -> bool:
     """Whether two parameter values render the same (0.88 and 0.8800000000000001 do)."""
-    if isinstance(a, float | int) and isinstance(b, float | int) and not isinstance(a, bool) \
-            and not isinstance(b, bool):
+    if (
+        isinstance(a, float | int)
+        and isinstance(b, float | int)
+        and not isinstance(a, bool)
+        and not isinstance(b, bool)
+    ):
         return format_value(float(a)) == format_value(float(b))
     return _same_choice(a, b)
 
@@ -522,8 +526,9 @@ def _domain_problems(path: str, p: Parameter) -> list[tuple[str | None, str]]:
         elif p.step is not None:
             k = (p.high - p.low) / p.step
             if abs(k - round(k)) > 1e-9 * max(1.0, k):
-                out.append((f"{path}.high", f"high - low ({p.high} - {p.low}) is not a multiple of step "
-                                            f"({p.step})"))
+                out.append(
+                    (f"{path}.high", f"high - low ({p.high} - {p.low}) is not a multiple of step ({p.step})")
+                )
     return out
 
 
@@ -553,24 +558,39 @@ class Space:
         for i, (name, p) in enumerate(spec.parameters.items()):
             path = f"parameters.{name}"
             if not name.isidentifier() or keyword.iskeyword(name) or name in FUNCTIONS:
-                problems.append((path, f"{name!r} cannot be a parameter name: expressions need an "
-                                       f"identifier that is not a keyword or {', '.join(FUNCTIONS)}"))
+                problems.append(
+                    (
+                        path,
+                        f"{name!r} cannot be a parameter name: expressions need an "
+                        f"identifier that is not a keyword or {', '.join(FUNCTIONS)}",
+                    )
+                )
             domain = _domain_problems(path, p)
             problems.extend(domain)
             flags, env_vars = _targets(p)
             for kind, target in [("flag", f) for f in sorted(flags)] + [("env", e) for e in sorted(env_vars)]:
                 other = owners.setdefault((kind, target), name)
                 if other != name:
-                    problems.append((path, f"{kind} {target} is also set by parameter {other!r}; a flag or "
-                                           "variable may be tuned by one parameter only"))
+                    problems.append(
+                        (
+                            path,
+                            f"{kind} {target} is also set by parameter {other!r}; a flag or "
+                            "variable may be tuned by one parameter only",
+                        )
+                    )
             when = None
             if p.when is not None:
                 try:
                     when = Expr.parse(p.when, known=names)
                     later = sorted(when.names - set(names[:i]))
                     if later:
-                        problems.append((f"{path}.when", f"refers to {', '.join(later)}, not defined "
-                                                         f"above {name!r} (conditions run in file order)"))
+                        problems.append(
+                            (
+                                f"{path}.when",
+                                f"refers to {', '.join(later)}, not defined "
+                                f"above {name!r} (conditions run in file order)",
+                            )
+                        )
                 except ExprError as exc:
                     problems.append((f"{path}.when", str(exc)))
             if not domain:
@@ -619,8 +639,9 @@ class Space:
             try:
                 self.effective(self.complete(point))
             except SpaceError as exc:
-                start_problems += [(f"start[{i}]" + (f".{f.split('.', 1)[1]}" if f else ""), m)
-                                   for f, m in exc.problems]
+                start_problems += [
+                    (f"start[{i}]" + (f".{f.split('.', 1)[1]}" if f else ""), m) for f, m in exc.problems
+                ]
         if start_problems:
             raise SpaceError(source, start_problems)
 
@@ -935,8 +956,10 @@ class Space:
 def _space_dirs() -> list[Path]:
     """Folders holding packaged spaces: the installed package data, then (for a source
     checkout where the package-data link is not materialised) the repository's folder."""
-    dirs = [Path(str(resources.files("tuner") / "data" / "spaces")),
-            Path(__file__).resolve().parent.parent / "search_spaces"]
+    dirs = [
+        Path(str(resources.files("tuner") / "data" / "spaces")),
+        Path(__file__).resolve().parent.parent / "search_spaces",
+    ]
     out: list[Path] = []
     for d in dirs:
         if d.is_dir() and all(d.resolve() != o.resolve() for o in out):
@@ -977,5 +1000,37 @@ def load_space(path: str | Path) -> Space:
     """
     file = resolve_space(path)
     source = str(path) if Path(path).expanduser().is_file() else str(file)
-    data = _read_yaml(file, source)
+    data = _with_base(_read_yaml(file, source), file, source, seen=(file.resolve(),))
     return Space.from_dict(data, source=source, base_dir=file.parent)
+
+
+def _with_base(data: Any, file: Path, source: str, seen: tuple[Path, ...]) -> Any:
+    """Resolve ``extends: <space>``: the base file's document, overridden key by key.
+
+    Mappings merge recursively; any other value (lists included) replaces the base's. The
+    base is found like ``--space`` (a path relative to this file, or a packaged name).
+    """
+    if not isinstance(data, dict) or "extends" not in data:
+        return data
+    base_name = data.pop("extends")
+    if not isinstance(base_name, str):
+        raise SpaceError(source, [("extends", "must be a space name or a path")])
+    relative = file.parent / base_name
+    base_file = resolve_space(relative if relative.is_file() else base_name)
+    if base_file.resolve() in seen:
+        raise SpaceError(source, [("extends", f"circular: {base_name} extends this file again")])
+    base = _with_base(
+        _read_yaml(base_file, str(base_file)), base_file, str(base_file), (*seen, base_file.resolve())
+    )
+    if not isinstance(base, dict):
+        raise SpaceError(source, [("extends", f"{base_file} is not a mapping")])
+    return _merge(base, data)
+
+
+def _merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in override.items():
+        out[key] = (
+            _merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+        )
+    return out

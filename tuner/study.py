@@ -148,6 +148,7 @@ class Search:
         reuse: bool = True,
         prune: bool = True,
         warm_start: bool = True,
+        extra_start: list[dict[str, Any]] | None = None,
         on_trial: Callable[[optuna.Study, FrozenTrial], None] | None = None,
         on_level: Callable[[int, int, Any], None] | None = None,
         on_start: Callable[[int], None] | None = None,
@@ -164,6 +165,7 @@ class Search:
         self.on_start = on_start
         self.storage_url = storage
         self.warm_start = warm_start
+        self.extra_start = list(extra_start or [])
         self.study_name = study_name
         sampler = IncumbentLocalSampler(seed=seed, identity=self._identity)
         self.study = optuna.create_study(
@@ -199,7 +201,7 @@ class Search:
     def run(self) -> optuna.Study:
         if self.warm_start:
             # The space's known-good configurations go first (once per study).
-            for point in self.space.start_points():
+            for point in [*self.space.start_points(), *self.extra_start]:
                 self.study.enqueue_trial(point, skip_if_exists=True)
         remaining = self.budget - self.finished()
         if remaining > 0:

@@ -12,13 +12,13 @@ from optuna.trial import FrozenTrial
 
 from tuner import logging as tuner_logging
 from tuner.annotate import TrialAnnotator, default_artifact_dir
-from tuner.backends import Backend, SimBackend
+from tuner.backends import DEFAULT_HEALTH_TIMEOUT_S, Backend, LauncherBackend, SimBackend
 from tuner.errors import UsageError
 from tuner.objectives import Objective
 from tuner.progress import Progress
 from tuner.sim.serving import DEFAULT_NOISE
 from tuner.space import DEFAULT_SPACE, Space, load_space, resolve_space
-from tuner.study import Search, best_record, default_storage_url, default_study_name, redact_url
+from tuner.study import STUDIES_DIR, Search, best_record, default_storage_url, default_study_name, redact_url
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -53,10 +53,23 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=None, help="sampler (and simulator) seed")
     p.add_argument(
         "--backend",
-        choices=("sim",),
+        choices=("sim", "local", "ssh", "systemd"),
         default="sim",
-        help="where trials run (sim: the built-in simulator of the space's hardware)",
+        help="where trials run: sim (built-in simulator of the space's hardware, default), local "
+        "(the space's launch command as a child process), ssh (on --ssh-host), systemd (a unit "
+        "per trial, locally or on --ssh-host)",
     )
+    p.add_argument(
+        "--ssh-host", metavar="DEST", help="ssh destination for --backend ssh/systemd ([user@]host)"
+    )
+    p.add_argument(
+        "--health-timeout",
+        type=float,
+        default=DEFAULT_HEALTH_TIMEOUT_S,
+        metavar="S",
+        help=f"seconds a server gets to become healthy (default {DEFAULT_HEALTH_TIMEOUT_S:.0f})",
+    )
+    p.add_argument("--unit-dir", metavar="DIR", help="systemd backend: where trial units are written")
     p.add_argument("--noise", type=float, default=DEFAULT_NOISE, help="simulator noise (sim backend)")
     p.add_argument("--no-prune", action="store_true", help="measure every level of every trial")
     p.add_argument("--no-reuse", action="store_true", help="re-measure configurations already measured")
@@ -86,10 +99,23 @@ def make_objective(space: Space, args: argparse.Namespace) -> Objective:
     return Objective(**data)
 
 
-def make_backend(space: Space, args: argparse.Namespace) -> Backend:
+def make_backend(space: Space, args: argparse.Namespace, study_name: str) -> Backend:
     if args.noise < 0:
         raise UsageError("--noise must be >= 0")
-    return SimBackend(space.hardware, space.model, noise=args.noise)
+    if args.backend == "sim":
+        return SimBackend(space.hardware, space.model, noise=args.noise)
+    if args.backend == "ssh" and not args.ssh_host:
+        raise UsageError("--backend ssh needs --ssh-host")
+    if args.health_timeout <= 0:
+        raise UsageError("--health-timeout must be positive")
+    options = {"unit_dir": args.unit_dir} if args.backend == "systemd" and args.unit_dir else {}
+    return LauncherBackend(
+        args.backend,
+        log_dir=STUDIES_DIR / study_name,
+        health_timeout_s=args.health_timeout,
+        ssh=args.ssh_host,
+        launcher_options=options,
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -98,8 +124,8 @@ def run(args: argparse.Namespace) -> int:
     tuner_logging.setup(args.log_level, args.log_file)
     space = load_space(resolve_space(args.space))
     objective = make_objective(space, args)
-    backend = make_backend(space, args)
     study_name = args.study or default_study_name(space, objective)
+    backend = make_backend(space, args, study_name)
     storage = args.storage or default_storage_url(study_name)
     progress = Progress(space, quiet=args.quiet)
     annotator = None if args.no_annotate else TrialAnnotator(default_artifact_dir(storage, study_name))

@@ -129,6 +129,9 @@ def _parser() -> argparse.ArgumentParser:
 def strip_launch_prefix(argv: Sequence[str]) -> list[str]:
     """Drop ``python3 -m sglang.launch_server`` (or a path to it) from a full command line."""
     argv = list(argv)
+    if "--" in argv:
+        # A wrapper's own options, then ``--``, then the server's flags (the emulator's form).
+        return argv[argv.index("--") + 1 :]
     for i, word in enumerate(argv):
         if any(word == p or word.endswith("/" + p) or word.endswith(p) for p in LAUNCH_PREFIXES):
             return argv[i + 1 :]

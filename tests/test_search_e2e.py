@@ -1,0 +1,119 @@
+"""`tuner search --backend local` end to end: real emulator processes, real HTTP, real logs.
+
+Three enqueued trials: one that runs its sweep, one that fails to start (SGLang's OOM at a
+too-low --mem-fraction-static), and one whose server dies in the middle of its sweep (the
+emulator's TUNER_EMULATOR_FAIL_AFTER_S). Afterwards no emulator process of the test is left.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import optuna
+
+from tuner.study import load_study
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def processes_with(marker: str) -> list[int]:
+    """Pids whose command line contains ``marker`` (this test's unique port)."""
+    out = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            state = (entry / "stat").read_text().split()[2]
+        except OSError:
+            continue
+        if marker in cmd and "tuner.sim.server" in cmd and state != "Z":
+            out.append(int(entry.name))
+    return out
+
+
+def test_local_backend_study_with_oom_and_a_server_killed_mid_sweep(workdir: Path):
+    port = free_port()
+    space = workdir / "emu.yaml"
+    space.write_text(
+        textwrap.dedent(f"""
+        name: emu
+        engine: sglang
+        hardware: rtx-pro-6000-pcie-x8
+        model: kimi-k2.6
+        launch:
+          command: [python3, -m, tuner.sim.server, --speedup, "5", --load-delay, "0.5", --]
+          flags: {{--model-path: /models/Kimi-K2.6, --tp-size: 8, --host: 127.0.0.1, --port: {port},
+                  --max-running-requests: 64}}
+        parameters:
+          ep_size: {{flag: --ep-size, type: categorical, choices: [1, 8]}}
+          mem_fraction_static: {{flag: --mem-fraction-static, type: categorical, choices: [0.88, 0.7]}}
+          crash_after_s: {{env: TUNER_EMULATOR_FAIL_AFTER_S, type: categorical, choices: [null, 2.5]}}
+        workload: {{kind: burst, levels: [1, 64], max_tokens: 256, single_max_tokens: 64}}
+        start:
+          - {{ep_size: 8, mem_fraction_static: 0.88}}
+          - {{ep_size: 1, mem_fraction_static: 0.7}}
+          - {{ep_size: 1, mem_fraction_static: 0.88, crash_after_s: 2.5}}
+    """)
+    )
+    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tuner",
+            "search",
+            "--backend",
+            "local",
+            "--space",
+            str(space),
+            "--budget",
+            "3",
+            "--health-timeout",
+            "30",
+            "--no-annotate",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env=env,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    study = load_study("emu", None)
+    ok, oom, killed = study.get_trials()
+    assert ok.state == optuna.trial.TrialState.COMPLETE and ok.user_attrs["outcome"] == "complete"
+    assert [lv["concurrency"] for lv in ok.user_attrs["levels"]] == [1, 64]
+    assert all(lv["completed"] == lv["concurrency"] for lv in ok.user_attrs["levels"])
+    assert ok.user_attrs["startup_s"] > 0.4
+
+    assert oom.user_attrs["outcome"] == "failed" and oom.user_attrs["failure_class"] == "oom"
+    assert "Not enough memory" in oom.user_attrs["reason"]
+    assert oom.system_attrs["constraints:launch"] > 0
+
+    assert killed.user_attrs["outcome"] == "failed" and killed.user_attrs["failure_class"] == "crash"
+    assert len(killed.user_attrs["levels"]) < 2  # the sweep did not finish
+
+    logs = workdir / "studies" / "emu"
+    assert "The server is fired up and ready to roll!" in (logs / "trial-0.log").read_text()
+    assert "Not enough memory" in (logs / "trial-1.log").read_text()
+    assert (logs / "trial-2.log").exists()
+    assert processes_with(str(port)) == []
+
+    best = subprocess.run(
+        [sys.executable, "-m", "tuner", "best", "--format", "json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+    assert json.loads(best.stdout)["trial"] == 0
