@@ -8,8 +8,10 @@ code never knows whether the numbers came from the simulator or a real host.
 
 from __future__ import annotations
 
+import queue
+import threading
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -46,10 +48,21 @@ class Measurement:
     server_info: dict[str, object] = field(default_factory=dict)
 
 
+class Interrupted(Exception):
+    """The run was stopped (Ctrl-C or SIGTERM in another thread) while this trial ran."""
+
+
 class Backend(ABC):
     """Launch, measure, stop."""
 
     name: str
+
+    def interrupt(self) -> None:
+        """Stop every server this backend is running now (called from another thread).
+
+        The default does nothing: a backend without processes has nothing to stop.
+        """
+        return None
 
     @abstractmethod
     def measure(
@@ -128,9 +141,11 @@ DEFAULT_HEALTH_TIMEOUT_S = 1800.0
 class LauncherBackend(Backend):
     """A real server: started by a launcher (local process, ssh, systemd), measured over HTTP.
 
-    The server log of each trial goes to ``<log_dir>/<trial label>.log``. Whatever happens
-    (launch failure, a server that dies mid-sweep, Ctrl-C), the server is stopped before
-    :meth:`measure` returns or raises.
+    ``hosts`` is the pool of machines (ssh destinations; ``None`` = this machine): each
+    trial takes one host for its whole life, so two trials never share a host, and
+    parallel workers wait for a free one. The server log of each trial goes to
+    ``<log_dir>/<trial label>.log``. Whatever happens (launch failure, a server that dies
+    mid-sweep, Ctrl-C), the server is stopped before :meth:`measure` returns or raises.
     """
 
     def __init__(
@@ -139,15 +154,29 @@ class LauncherBackend(Backend):
         *,
         log_dir: Path,
         health_timeout_s: float = DEFAULT_HEALTH_TIMEOUT_S,
-        ssh: str | None = None,
+        hosts: Sequence[str | None] = (None,),
         launcher_options: dict | None = None,
+        secret_env: Mapping[str, str] | None = None,
     ):
         self.name = kind
         self.kind = kind
         self.log_dir = log_dir
         self.health_timeout_s = health_timeout_s
-        self.ssh = ssh
         self.launcher_options = dict(launcher_options or {})
+        self.secret_env = dict(secret_env or {})
+        self._hosts: queue.Queue[str | None] = queue.Queue()
+        for h in hosts or (None,):
+            self._hosts.put(h)
+        self._active: set = set()
+        self._lock = threading.Lock()
+        self._interrupted = threading.Event()
+
+    def interrupt(self) -> None:
+        self._interrupted.set()
+        with self._lock:
+            active = list(self._active)
+        for launcher in active:
+            launcher.stop()
 
     def measure(
         self,
@@ -159,15 +188,38 @@ class LauncherBackend(Backend):
         seed: int,
         on_level: LevelCallback,
     ) -> Measurement:
+        host = self._hosts.get()
+        try:
+            return self._measure_on(host, spec, workload, objective, trial_label, seed, on_level)
+        finally:
+            self._hosts.put(host)
+
+    def _measure_on(
+        self,
+        host: str | None,
+        spec: LaunchSpec,
+        workload: Workload,
+        objective: Objective,
+        trial_label: str,
+        seed: int,
+        on_level: LevelCallback,
+    ) -> Measurement:
         from tuner import engines, loadgen
         from tuner.launchers import make_launcher
 
+        if self._interrupted.is_set():
+            raise Interrupted(trial_label)
+        if self.secret_env:
+            # Secrets (an HF token) reach the server's environment, never the trial records.
+            spec = spec.model_copy(update={"env": {**spec.env, **self.secret_env}})
         launcher = make_launcher(
-            self.kind, engine=engines.get(spec.engine), ssh=self.ssh, **self.launcher_options
+            self.kind, engine=engines.get(spec.engine), ssh=host, **self.launcher_options
         )
         log_path = self.log_dir / f"{trial_label}.log"
         log_path.parent.mkdir(parents=True, exist_ok=True)
         m = Measurement("ok")
+        with self._lock:
+            self._active.add(launcher)
         try:
             launcher.start(spec, log_path=log_path, trial_label=trial_label)
             m.startup_s = m.server_s = launcher.wait_healthy(self.health_timeout_s, poll_s=1.0)
@@ -188,5 +240,9 @@ class LauncherBackend(Backend):
             m.status, m.failure = "failed", exc
         finally:
             launcher.stop()
+            with self._lock:
+                self._active.discard(launcher)
             m.log_tail = launcher.log_tail(60)
+        if self._interrupted.is_set():
+            raise Interrupted(trial_label)
         return m

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import math
 import os
+import threading
+import time
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -22,11 +24,12 @@ from pathlib import Path
 from typing import Any
 
 import optuna
+import sqlalchemy
 from optuna.storages import RDBStorage, RetryHeartbeatStaleTrialCallback
-from optuna.study import MaxTrialsCallback
 from optuna.trial import FrozenTrial, TrialState
 
-from tuner.backends import Backend, Measurement
+from tuner.backends import Backend, Interrupted, Measurement
+from tuner.coordination import BudgetGate, Heartbeat
 from tuner.failures import LaunchFailure
 from tuner.objectives import Objective
 from tuner.pruning import RelativeToBestPruner
@@ -36,14 +39,16 @@ from tuner.space import Space
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 # Heartbeats and metric names are marked experimental in Optuna 5; both are relied on here.
 warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+# The worker loop uses ask/tell with its own heartbeat thread (tuner.coordination.Heartbeat).
+warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to be used with Study.optimize")
 
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
 #: Directory of study databases, relative to the working directory.
 STUDIES_DIR = Path("studies")
 #: RDB heartbeat: a worker that stops beating for GRACE seconds has its trial failed and
 #: retried once (Optuna's stale-trial machinery).
-HEARTBEAT_S = 30
-GRACE_S = 120
+HEARTBEAT_S = float(os.environ.get("TUNER_HEARTBEAT_S", "30"))
+GRACE_S = int(float(os.environ.get("TUNER_GRACE_S", "120")))
 
 
 @dataclass
@@ -94,13 +99,22 @@ def open_storage(url: str) -> optuna.storages.BaseStorage:
         Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
     if url.startswith("sqlite:///"):
         _enable_wal(url)
-    return RDBStorage(
-        url,
-        heartbeat_interval=HEARTBEAT_S,
-        grace_period=GRACE_S,
-        heartbeat_stale_trial_callback=RetryHeartbeatStaleTrialCallback(max_retry=1),
-        engine_kwargs={"pool_pre_ping": True} if not url.startswith("sqlite") else None,
-    )
+    last: Exception | None = None
+    for attempt in range(8):
+        try:
+            return RDBStorage(
+                url,
+                heartbeat_interval=HEARTBEAT_S,
+                grace_period=GRACE_S,
+                heartbeat_stale_trial_callback=RetryHeartbeatStaleTrialCallback(max_retry=1),
+                engine_kwargs={"pool_pre_ping": True} if not url.startswith("sqlite") else None,
+            )
+        except sqlalchemy.exc.DBAPIError as exc:
+            # Workers starting at once race to create the schema; the loser finds it made.
+            last = exc
+            time.sleep(0.2 * (attempt + 1))
+    assert last is not None
+    raise last
 
 
 def _enable_wal(url: str) -> None:
@@ -168,14 +182,18 @@ class Search:
         self.extra_start = list(extra_start or [])
         self.study_name = study_name
         sampler = IncumbentLocalSampler(seed=seed, identity=self._identity)
-        self.study = optuna.create_study(
-            study_name=study_name,
-            storage=open_storage(storage),
-            sampler=sampler,
-            pruner=RelativeToBestPruner() if self.prune else optuna.pruners.NopPruner(),
-            directions=objective.directions,
-            load_if_exists=True,
-        )
+        self.storage = open_storage(storage)
+        self.gate = BudgetGate(self.storage, storage, study_name)
+        with self.gate.hold():  # workers starting at once create the study once
+            self.study = optuna.create_study(
+                study_name=study_name,
+                storage=self.storage,
+                sampler=sampler,
+                pruner=RelativeToBestPruner() if self.prune else optuna.pruners.NopPruner(),
+                directions=objective.directions,
+                load_if_exists=True,
+            )
+        self._stop = threading.Event()
         self.study.set_metric_names(
             ["single_stream_tok_s", "peak_tok_s"] if objective.multi else [f"{objective.name}_tok_s"]
         )
@@ -198,20 +216,91 @@ class Search:
     def finished(self) -> int:
         return len(self.study.get_trials(deepcopy=False, states=FINISHED))
 
-    def run(self) -> optuna.Study:
+    def counted(self) -> int:
+        """Trials that use up the budget: finished ones and those running now."""
+        return len(self.study.get_trials(deepcopy=False, states=(*FINISHED, TrialState.RUNNING)))
+
+    def run(self, workers: int = 1) -> optuna.Study:
+        """Run trials until the study has ``budget`` finished trials.
+
+        ``workers`` > 1 runs that many trials at once in threads of this process: a trial
+        mostly waits (a server loading, a sweep streaming), so threads suffice, share the
+        storage's connection pool, and let Ctrl-C stop every server from one place. Ctrl-C
+        (or SIGTERM) stops the running servers, records their trials as ``interrupted``
+        (their configurations are queued again) and re-raises.
+        """
         if self.warm_start:
             # The space's known-good configurations go first (once per study).
             for point in [*self.space.start_points(), *self.extra_start]:
                 self.study.enqueue_trial(point, skip_if_exists=True)
-        remaining = self.budget - self.finished()
-        if remaining > 0:
-            callbacks: list = [MaxTrialsCallback(self.budget, states=FINISHED)]
-            if self.on_trial:
-                callbacks.append(lambda s, t: self.on_trial(s, t))  # type: ignore[misc]
-            self.study.optimize(
-                self._objective, n_trials=remaining, callbacks=callbacks, gc_after_trial=False, catch=()
-            )
+        if workers <= 1:
+            self._worker()
+            return self.study
+        errors: list[BaseException] = []
+
+        def work() -> None:
+            try:
+                self._worker()
+            except BaseException as exc:
+                errors.append(exc)
+                self._stop.set()
+
+        threads = [threading.Thread(target=work, name=f"worker-{i}", daemon=True) for i in range(workers)]
+        for t in threads:
+            t.start()
+        try:
+            while any(t.is_alive() for t in threads):
+                for t in threads:
+                    t.join(timeout=0.2)
+        except KeyboardInterrupt:
+            self._stop.set()
+            self.backend.interrupt()
+            for t in threads:
+                t.join()
+            raise
+        if errors:
+            raise errors[0]
         return self.study
+
+    def _worker(self) -> None:
+        while not self._stop.is_set():
+            optuna.storages.fail_stale_trials(self.study)
+            with self.gate.hold():
+                if self.counted() >= self.budget:
+                    return
+                trial = self.study.ask()
+            self._run_trial(trial)
+
+    def _run_trial(self, trial: optuna.Trial) -> None:
+        frozen: FrozenTrial | None = None
+        with Heartbeat(self.storage, trial._trial_id, self.storage.get_heartbeat_interval() or 0):
+            try:
+                value = self._objective(trial)
+            except optuna.TrialPruned:
+                frozen = self.study.tell(trial, state=TrialState.PRUNED)
+            except (KeyboardInterrupt, Interrupted):
+                self._record_interrupted(trial)
+                raise
+            except Exception as exc:
+                trial.set_user_attr("outcome", "failed")
+                trial.set_user_attr("failure_class", "error")
+                trial.set_user_attr("reason", f"error: {type(exc).__name__}: {exc}"[:300])
+                self.study.tell(trial, state=TrialState.FAIL)
+                raise
+            else:
+                frozen = self.study.tell(trial, value)
+        if self.on_trial and frozen is not None:
+            self.on_trial(self.study, frozen)
+
+    def _record_interrupted(self, trial: optuna.Trial) -> None:
+        """An interrupted trial is failed with reason ``interrupted``; its configuration is
+        queued again so that rerunning the command measures it."""
+        trial.set_user_attr("outcome", "failed")
+        trial.set_user_attr("failure_class", "interrupted")
+        trial.set_user_attr("reason", "interrupted: the run was stopped (Ctrl-C or SIGTERM)")
+        self.study.tell(trial, state=TrialState.FAIL)
+        if trial.params:
+            self.study.enqueue_trial(dict(trial.params), skip_if_exists=False)
 
     # --- one trial ----------------------------------------------------------------------
     def _objective(self, trial: optuna.Trial) -> float | tuple[float, float]:

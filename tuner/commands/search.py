@@ -12,10 +12,13 @@ from optuna.trial import FrozenTrial
 
 from tuner import logging as tuner_logging
 from tuner.annotate import TrialAnnotator, default_artifact_dir
-from tuner.backends import DEFAULT_HEALTH_TIMEOUT_S, Backend, LauncherBackend, SimBackend
+from tuner.backends import DEFAULT_HEALTH_TIMEOUT_S, Backend, Interrupted, LauncherBackend, SimBackend
 from tuner.errors import UsageError
+from tuner.launchers.ssh import SshTransport
 from tuner.objectives import Objective
 from tuner.progress import Progress
+from tuner.settings import Settings
+from tuner.settings import load as load_settings
 from tuner.sim.serving import DEFAULT_NOISE
 from tuner.space import DEFAULT_SPACE, Space, load_space, resolve_space
 from tuner.study import STUDIES_DIR, Search, best_record, default_storage_url, default_study_name, redact_url
@@ -60,12 +63,20 @@ def register(sub: argparse._SubParsersAction) -> None:
         "per trial, locally or on --ssh-host)",
     )
     p.add_argument(
-        "--ssh-host", metavar="DEST", help="ssh destination for --backend ssh/systemd ([user@]host)"
+        "--hosts",
+        metavar="A,B,...",
+        help="host pool for --backend ssh/systemd: ssh destinations, comma-separated (settings: TUNER_HOSTS)",
+    )
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        help="trials run at once by this process (default 1; at most one per host)",
     )
     p.add_argument(
         "--health-timeout",
         type=float,
-        default=DEFAULT_HEALTH_TIMEOUT_S,
+        default=None,
         metavar="S",
         help=f"seconds a server gets to become healthy (default {DEFAULT_HEALTH_TIMEOUT_S:.0f})",
     )
@@ -83,8 +94,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--log-level",
         choices=("DEBUG", "INFO", "WARNING", "ERROR"),
-        default="WARNING",
-        help="console log level (default WARNING)",
+        default=None,
+        help="console log level (default WARNING; settings: TUNER_LOG_LEVEL)",
     )
     p.add_argument("--no-annotate", action="store_true", help="write no dashboard notes or artifacts")
     p.set_defaults(handler=run)
@@ -99,34 +110,47 @@ def make_objective(space: Space, args: argparse.Namespace) -> Objective:
     return Objective(**data)
 
 
-def make_backend(space: Space, args: argparse.Namespace, study_name: str) -> Backend:
+def make_backend(space: Space, args: argparse.Namespace, study_name: str, settings: Settings) -> Backend:
     if args.noise < 0:
         raise UsageError("--noise must be >= 0")
     if args.backend == "sim":
         return SimBackend(space.hardware, space.model, noise=args.noise)
-    if args.backend == "ssh" and not args.ssh_host:
-        raise UsageError("--backend ssh needs --ssh-host")
-    if args.health_timeout <= 0:
+    hosts = [h.strip() for h in args.hosts.split(",") if h.strip()] if args.hosts else settings.hosts
+    if args.backend == "ssh" and not hosts:
+        raise UsageError("--backend ssh needs --hosts (or TUNER_HOSTS / hosts in tuner.toml)")
+    timeout = args.health_timeout if args.health_timeout is not None else settings.health_timeout_s
+    if timeout <= 0:
         raise UsageError("--health-timeout must be positive")
     options = {"unit_dir": args.unit_dir} if args.backend == "systemd" and args.unit_dir else {}
+    pool: list = [None]
+    if hosts:
+        pool = [
+            SshTransport(h, user=settings.ssh_user, identity_file=settings.ssh_key, port=settings.ssh_port)
+            for h in hosts
+        ]
     return LauncherBackend(
         args.backend,
         log_dir=STUDIES_DIR / study_name,
-        health_timeout_s=args.health_timeout,
-        ssh=args.ssh_host,
+        health_timeout_s=timeout,
+        hosts=pool,
         launcher_options=options,
+        secret_env=settings.secret_env(),
     )
 
 
 def run(args: argparse.Namespace) -> int:
     if args.budget < 1:
         raise UsageError("--budget must be at least 1")
-    tuner_logging.setup(args.log_level, args.log_file)
+    settings = load_settings()
+    tuner_logging.setup(args.log_level or settings.log_level, args.log_file)
     space = load_space(resolve_space(args.space))
     objective = make_objective(space, args)
     study_name = args.study or default_study_name(space, objective)
-    backend = make_backend(space, args, study_name)
-    storage = args.storage or default_storage_url(study_name)
+    backend = make_backend(space, args, study_name, settings)
+    workers = args.workers or settings.workers
+    if workers < 1:
+        raise UsageError("--workers must be at least 1")
+    storage = args.storage or settings.storage_url() or default_storage_url(study_name)
     progress = Progress(space, quiet=args.quiet)
     annotator = None if args.no_annotate else TrialAnnotator(default_artifact_dir(storage, study_name))
 
@@ -153,16 +177,26 @@ def run(args: argparse.Namespace) -> int:
     already = search.finished()
     print(
         f"study {study_name} ({redact_url(storage)}): space {space.name}, objective {objective.name}, "
-        f"backend {backend.name}, {already} of {args.budget} trials finished",
+        f"backend {backend.name}, {workers} worker(s), {already} of {args.budget} trials finished",
         flush=True,
     )
     started = time.monotonic()
     progress.start(args.budget, already)
+    interrupted = False
     try:
-        search.run()
+        search.run(workers=workers)
+    except (KeyboardInterrupt, Interrupted):
+        interrupted = True
     finally:
         progress.close()
     summary(search.study, objective, time.monotonic() - started, study_name, args.storage)
+    if interrupted:
+        print(
+            "interrupted: servers stopped, the running trial recorded as interrupted and queued again; "
+            "run the same command to resume",
+            file=sys.stderr,
+        )
+        return 130
     return 0
 
 

@@ -88,6 +88,46 @@ def _kill_group(proc: subprocess.Popen, pgid: int) -> None:
         time.sleep(0.05)
 
 
+#: Environment variable carrying the port a launched server was started for.
+SLOT_ENV = "TUNER_SLOT"
+
+
+def pid_file(port: int) -> Path:
+    """Where the pid of the local server launched for ``port`` is kept between runs."""
+    base = os.environ.get("XDG_RUNTIME_DIR") or str(Path.home() / ".cache")
+    return Path(base) / "tuner" / f"local-{port}.pid"
+
+
+def stop_leftover(port: int, grace_s: float) -> bool:
+    """Stop a server an earlier run (a killed worker, say) left behind on ``port``.
+
+    It is only stopped when its process still carries this tuner's slot marker for that
+    port in its environment, so a reused pid of an unrelated process is never signalled.
+    Returns True when a leftover was found and stopped.
+    """
+    path = pid_file(port)
+    try:
+        pid = int(path.read_text().split()[0])
+        environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except (OSError, ValueError, IndexError):
+        with contextlib.suppress(OSError):
+            path.unlink()
+        return False
+    if f"{SLOT_ENV}={port}".encode() not in environ:
+        path.unlink(missing_ok=True)
+        return False
+    logger.warning(f"stopping a server left behind on port {port} by an earlier run (pgid {pid})")
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline and process_group_alive(pid):
+        time.sleep(0.1)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pid, signal.SIGKILL)
+    path.unlink(missing_ok=True)
+    return True
+
+
 class LocalLauncher(Launcher):
     """The launch command as a child process in its own session and process group.
 
@@ -123,11 +163,14 @@ class LocalLauncher(Launcher):
         self.proc = None
         bind_host, port = server_endpoint(spec.argv, getattr(self._engine(), "default_port", 30000))
         self._host, self._port = connect_host(bind_host), port
+        stop_leftover(port, self.stop_grace_s)
         if local_port_in_use(bind_host, port):
-            raise LaunchFailure("port-busy", f"port {port} on {bind_host} is already in use; "
-                                "nothing launched")
+            raise LaunchFailure(
+                "port-busy", f"port {port} on {bind_host} is already in use; nothing launched"
+            )
         env = dict(os.environ) if self.inherit_env else {"PATH": os.environ.get("PATH", os.defpath)}
         env.update(spec.env)
+        env[SLOT_ENV] = str(port)  # marks the server as ours, for a later run's leftover check
         with open(self.log_path, "wb") as log:
             try:
                 self.proc = subprocess.Popen(
@@ -142,6 +185,8 @@ class LocalLauncher(Launcher):
             except OSError as exc:
                 raise UsageError(f"cannot run {spec.argv[0]!r}: {exc.strerror or exc}") from exc
         self._owned = True
+        pid_file(port).parent.mkdir(parents=True, exist_ok=True)
+        pid_file(port).write_text(f"{self.proc.pid}\n")
         self._launched()
 
     def base_url(self) -> str:
@@ -173,6 +218,9 @@ class LocalLauncher(Launcher):
             stop_process_group(self.proc, self.stop_grace_s)
         except Exception as exc:  # stop() never raises
             logger.warning(f"stopping {self.trial_label} (pgid {self.proc.pid}) failed: {exc}")
+        with contextlib.suppress(OSError):
+            if pid_file(self._port).read_text().strip() == str(self.proc.pid):
+                pid_file(self._port).unlink()
 
     def _pause(self, seconds: float) -> None:
         if self.proc is None:

@@ -1,0 +1,105 @@
+"""A throwaway PostgreSQL server for tests: Debian's binaries, a temp dir, a loopback port.
+
+Started by the fixture that needs it and stopped at the end (``pg_ctl stop``). As root,
+the server runs as the ``postgres`` system user (PostgreSQL refuses to run as root).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import os
+import pwd
+import shutil
+import socket
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+
+def pg_bin() -> Path | None:
+    """Debian's PostgreSQL server binaries (the newest installed major version)."""
+    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"), key=lambda p: int(p.split("/")[4]))
+    return Path(found[-1]).parent if found else None
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def postgres_server() -> Iterator[str]:
+    """Yield a SQLAlchemy URL of a fresh database on a private server."""
+    bindir = pg_bin()
+    if bindir is None:
+        raise FileNotFoundError("PostgreSQL server binaries not found (apt-get install postgresql)")
+    as_root = os.geteuid() == 0
+    prefix: list[str] = ["runuser", "-u", "postgres", "--"] if as_root else []
+    base = Path(tempfile.mkdtemp(prefix="tuner-pg-", dir="/tmp"))
+    data, sock = base / "data", base / "sock"
+    sock.mkdir()
+    if as_root:
+        pw = pwd.getpwnam("postgres")
+        os.chmod(base, 0o755)
+        for path in (base, sock):
+            os.chown(path, pw.pw_uid, pw.pw_gid)
+    port = _free_port()
+    run = dict(check=True, capture_output=True, timeout=120)
+    try:
+        subprocess.run(
+            [
+                *prefix,
+                str(bindir / "initdb"),
+                "-D",
+                str(data),
+                "-U",
+                "postgres",
+                "--auth=trust",
+                "-E",
+                "UTF8",
+                "--no-sync",
+            ],
+            **run,
+        )
+        subprocess.run(
+            [
+                *prefix,
+                str(bindir / "pg_ctl"),
+                "-D",
+                str(data),
+                "-l",
+                str(base / "server.log"),
+                "-w",
+                "-o",
+                f"-p {port} -k {sock} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=200",
+                "start",
+            ],
+            **run,
+        )
+        try:
+            subprocess.run(
+                [
+                    *prefix,
+                    str(bindir / "createdb"),
+                    "-h",
+                    "127.0.0.1",
+                    "-p",
+                    str(port),
+                    "-U",
+                    "postgres",
+                    "tuner",
+                ],
+                **run,
+            )
+            yield f"postgresql+psycopg://postgres@127.0.0.1:{port}/tuner"
+        finally:
+            subprocess.run(
+                [*prefix, str(bindir / "pg_ctl"), "-D", str(data), "-m", "fast", "-w", "stop"],
+                capture_output=True,
+                timeout=120,
+            )
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
