@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import signal
 import socket
@@ -236,7 +237,7 @@ def test_two_workers_on_the_simulator_run_trials_at_once(workdir: Path):
     trials = [t for t in search.study.get_trials() if t.state in FINISHED]
     assert len(trials) == 8
     spans = sorted((t.datetime_start, t.datetime_complete) for t in trials)
-    assert any(b[0] < a[1] for a, b in zip(spans, spans[1:], strict=False)), "no two trials overlapped"
+    assert any(b[0] < a[1] for a, b in itertools.pairwise(spans)), "no two trials overlapped"
 
 
 def test_settings_from_environment_and_toml(workdir: Path, monkeypatch):

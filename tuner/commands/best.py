@@ -11,6 +11,7 @@ from tuner.engines.base import LaunchSpec
 from tuner.errors import UsageError
 from tuner.metrics import LevelMetrics
 from tuner.objectives import peak_tok_s, single_stream
+from tuner.settings import load as load_settings
 from tuner.study import TrialRecord, best_record, load_study
 
 
@@ -26,6 +27,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--storage", help="Optuna storage URL")
     p.add_argument("--format", choices=("systemd", "shell", "json"), default="systemd")
     p.add_argument("-o", "--output", type=Path, help="write to this file instead of stdout")
+    p.add_argument(
+        "--python",
+        metavar="PATH",
+        help="absolute interpreter path for the unit's ExecStart on the target host "
+        "(default: the space's launch.python, TUNER_PYTHON, else python3 as found here)",
+    )
     p.set_defaults(handler=run)
 
 
@@ -80,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
             description=unit.get("description")
             or f"{spec.engine} server tuned by tuner ({study.study_name})",
             header=header_lines(study.study_name, rec),
-            python=unit.get("python"),
+            python=args.python or unit.get("python") or load_settings().python,
             user=unit.get("user"),
             working_directory=unit.get("working_directory"),
             environment_file=unit.get("environment_file"),
