@@ -20,12 +20,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).parent))
 
-from _common import reference_space  # noqa: E402
+from _common import reference_space
 
-from tests.postgres import pg_bin, postgres_server  # noqa: E402
-from tuner.backends import SimBackend  # noqa: E402
-from tuner.objectives import Objective  # noqa: E402
-from tuner.study import Search  # noqa: E402
+from tests.postgres import pg_bin, postgres_server
+from tuner.backends import SimBackend
+from tuner.objectives import Objective
+from tuner.study import Search
 
 
 class TimedSim(SimBackend):

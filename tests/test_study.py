@@ -214,3 +214,13 @@ def test_load_study_errors_name_what_is_missing(workdir):
     with pytest.raises(LookupError):
         load_study(None, None)
     assert main(["best"]) == 2
+
+
+def test_sampler_keeps_going_when_the_space_is_exhausted(space):
+    # 4 x 2 x 2 configurations, more trials than local moves can cover: the sampler falls back
+    # to random jumps and TPE, and duplicates are reused rather than crashing the study.
+    search = make_search(space, 24)
+    search.run()
+    recs = records(search)
+    assert len(recs) == 24
+    assert any(r.outcome == "reused" for r in recs)

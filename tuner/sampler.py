@@ -139,6 +139,21 @@ class IncumbentLocalSampler(BaseSampler):
             plan[name] = self._neighbour(best.distributions[name], plan[name])
         return plan, None
 
+    def _neighbour(self, dist: BaseDistribution, value: Any) -> Any:
+        """A random nearby value: another category, a few steps, or a 10%-of-range jump."""
+        if isinstance(dist, CategoricalDistribution):
+            others = [c for c in dist.choices if c != value]
+            return others[self._rng.integers(len(others))] if others else value
+        if isinstance(dist, IntDistribution | FloatDistribution) and dist.step:
+            k = int(self._rng.integers(1, MAX_STEPS + 1)) * (1 if self._rng.random() < 0.5 else -1)
+            moved = min(max(value + k * dist.step, dist.low), dist.high)
+            return type(value)(round(moved, 10))
+        if isinstance(dist, IntDistribution | FloatDistribution):
+            span = dist.high - dist.low
+            moved = min(max(value + self._rng.normal(0, 0.1 * span), dist.low), dist.high)
+            return int(round(moved)) if isinstance(dist, IntDistribution) else float(moved)
+        return value
+
     def _candidates(self, dist: BaseDistribution, value: Any) -> list[Any]:
         if isinstance(dist, CategoricalDistribution):
             others = [c for c in dist.choices if c != value]
