@@ -224,3 +224,29 @@ def test_sampler_keeps_going_when_the_space_is_exhausted(space):
     recs = records(search)
     assert len(recs) == 24
     assert any(r.outcome == "reused" for r in recs)
+
+
+def test_dashboard_annotations_do_not_change_what_the_study_samples(workdir):
+    """optuna-dashboard's save_note wraps finished trials in optuna.Trial objects, which calls
+    the sampler's before_trial: that must not consume the sampler's planned moves."""
+    from tuner.annotate import TrialAnnotator
+    from tuner.space import DEFAULT_SPACE, resolve_space
+
+    space = load_space(resolve_space(DEFAULT_SPACE))
+
+    def params_of(name: str, annotate: bool) -> list[dict]:
+        annotator = TrialAnnotator(workdir / f"{name}-artifacts") if annotate else None
+        search = Search(
+            space,
+            SimBackend(space.hardware, space.model),
+            study_name=name,
+            storage=f"sqlite:///studies/{name}.db",
+            objective=Objective(),
+            seed=3,
+            budget=14,
+            on_trial=(lambda s, t: annotator(s, t)) if annotator else None,
+        )
+        search.run()
+        return [t.params for t in search.study.get_trials()]
+
+    assert params_of("plain", False) == params_of("annotated", True)

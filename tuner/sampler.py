@@ -70,6 +70,10 @@ class IncumbentLocalSampler(BaseSampler):
     def before_trial(self, study: optuna.Study, trial: FrozenTrial) -> None:
         self._tpe.before_trial(study, trial)
         self._plans.pop(trial.number, None)
+        if trial.state != TrialState.RUNNING:
+            # An optuna.Trial wrapped around a finished trial (optuna-dashboard's save_note does
+            # this) must not use up a move.
+            return
         if "fixed_params" in trial.system_attrs or study._is_multi_objective():
             return
         done = study.get_trials(
