@@ -250,3 +250,46 @@ def test_dashboard_annotations_do_not_change_what_the_study_samples(workdir):
         return [t.params for t in search.study.get_trials()]
 
     assert params_of("plain", False) == params_of("annotated", True)
+
+
+def test_objectives_single_goodput_pareto_and_the_single_stream_floor(space):
+    def study(objective: Objective, name: str) -> list[TrialRecord]:
+        search = Search(
+            space,
+            SimBackend(space.hardware, space.model, noise=0.0),
+            study_name=name,
+            storage=f"sqlite:///studies/{name}.db",
+            objective=objective,
+            seed=0,
+            budget=4,
+        )
+        enqueue(search, {"ep_size": 8}, {"ep_size": 1}, {"ep_size": 4}, {"ep_size": 8, "enable_eplb": True})
+        search.run()
+        return records(search)
+
+    single = study(Objective(name="single"), "single")
+    for r in single:
+        if r.outcome == "complete":
+            assert r.value == pytest.approx(r.attrs["levels"][0]["output_tok_s"])
+    pareto = study(Objective(name="pareto"), "pareto")
+    assert all(r.state != "PRUNED" for r in pareto)  # Optuna cannot prune multi-objective trials
+    assert all(len(r.values) == 2 for r in pareto if r.outcome == "complete")
+    goodput = study(Objective(name="goodput", ttft_s=2.0, tpot_ms=30.0), "goodput")
+    for r in goodput:
+        if r.outcome == "complete":
+            assert 0 <= r.value <= max(lv["output_tok_s"] for lv in r.attrs["levels"]) + 1e-6
+    floor = study(Objective(min_single_stream=60), "floor")
+    ep8 = floor[0]
+    assert ep8.attrs["levels"][0]["output_tok_s"] < 60 and "min_single_stream" in ep8.attrs["violations"]
+    from tuner.study import best_record
+
+    search = Search(
+        space,
+        SimBackend(space.hardware, space.model),
+        study_name="floor",
+        storage="sqlite:///studies/floor.db",
+        objective=Objective(min_single_stream=60),
+        budget=4,
+    )
+    best = best_record(search.study)
+    assert best is not None and best.attrs["levels"][0]["output_tok_s"] >= 60
