@@ -20,7 +20,8 @@ import time
 from pathlib import Path
 
 import pytest
-from fixtures_launchers import (
+
+from tests.fixtures_launchers import (
     chat,
     emulator_spec,
     free_port,
@@ -30,7 +31,6 @@ from fixtures_launchers import (
     systemd_standin,  # noqa: F401 - fixture
     wait_until,
 )
-
 from tuner.engines import get as get_engine
 from tuner.engines.base import LaunchSpec
 from tuner.failures import FAILURE_CLASSES, LaunchFailure
