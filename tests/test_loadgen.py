@@ -329,7 +329,14 @@ def test_server_killed_mid_sweep():
         assert proc.proc is not None and proc.proc.wait(5) == 1
     kinds = set().union(*(m.errors for m in levels))
     # A dying server under CPU pressure can also stall a request past its short timeout.
-    assert kinds <= {"incomplete-stream", "connect", "disconnected", "timeout", "read-timeout", "connect-timeout"}
+    assert kinds <= {
+        "incomplete-stream",
+        "connect",
+        "disconnected",
+        "timeout",
+        "read-timeout",
+        "connect-timeout",
+    }
     assert any("incomplete-stream" in m.errors for m in levels)
     assert levels[-1].errors == {"connect": 48}
 
