@@ -87,6 +87,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--no-start", action="store_true", help="do not measure the space's start configurations first"
     )
+    p.add_argument(
+        "--warm-start",
+        choices=("sim",),
+        help="sim: measure first the configurations the simulator predicts best for the space's "
+        "hardware profile (or --warm-start-hardware)",
+    )
+    p.add_argument(
+        "--warm-start-hardware",
+        metavar="ID|FILE",
+        help="hardware profile for --warm-start sim (default: the space's)",
+    )
     p.add_argument("--quiet", action="store_true", help="print only the final summary")
     p.add_argument(
         "--log-file", type=Path, metavar="PATH", help="append a detailed log (DEBUG, timestamps) to PATH"
@@ -151,6 +162,15 @@ def run(args: argparse.Namespace) -> int:
     if workers < 1:
         raise UsageError("--workers must be at least 1")
     storage = args.storage or settings.storage_url() or default_storage_url(study_name)
+    extra_start: list[dict] = []
+    if args.warm_start == "sim":
+        from tuner.profiles import ProfileError
+        from tuner.warmstart import predicted_top
+
+        try:
+            extra_start = predicted_top(space, hardware_profile=args.warm_start_hardware, seed=args.seed or 0)
+        except ProfileError as exc:
+            raise UsageError(str(exc)) from exc
     progress = Progress(space, quiet=args.quiet)
     annotator = None if args.no_annotate else TrialAnnotator(default_artifact_dir(storage, study_name))
 
@@ -170,6 +190,7 @@ def run(args: argparse.Namespace) -> int:
         reuse=not args.no_reuse,
         prune=not args.no_prune,
         warm_start=not args.no_start,
+        extra_start=extra_start,
         on_trial=on_trial,
         on_level=progress.level_done,
         on_start=progress.trial_started,
