@@ -125,6 +125,11 @@ def make_backend(space: Space, args: argparse.Namespace, study_name: str, settin
     if args.noise < 0:
         raise UsageError("--noise must be >= 0")
     if args.backend == "sim":
+        if not getattr(space.engine, "simulated", True):
+            raise UsageError(
+                f"{space.source}: engine {space.spec.engine!r} has no simulator; "
+                "run it on a real server with --backend local|ssh|systemd"
+            )
         return SimBackend(space.hardware, space.model, noise=args.noise)
     hosts = [h.strip() for h in args.hosts.split(",") if h.strip()] if args.hosts else settings.hosts
     if args.backend == "ssh" and not hosts:
