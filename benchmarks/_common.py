@@ -1,9 +1,14 @@
-"""Helpers shared by the benchmark scripts: random configurations of a space, noise-free values."""
+"""Helpers shared by the benchmark scripts: random configurations of a space, noise-free values,
+the full reference sweep, the best of the space, the machine a run happened on."""
 
 from __future__ import annotations
 
+import json
+import os
+import platform
 import warnings
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -15,14 +20,44 @@ from tuner.objectives import peak_tok_s
 from tuner.sim.model import PerfModel
 from tuner.sim.serving import simulate_sweep
 from tuner.space import DEFAULT_SPACE, Space, load_space, resolve_space
-from tuner.workload import Workload
+from tuner.workload import REFERENCE_LEVELS, Workload
 
 warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 
+#: Where the benchmarks write their JSON results.
+RESULTS = Path(__file__).parent / "results"
+#: The reference campaign's full sweep: C=1 at 512 tokens, then 32/64/128/192/256 at 2048.
+FULL_SWEEP = Workload(levels=REFERENCE_LEVELS, max_tokens=2048, single_max_tokens=512)
+
+
 def reference_space() -> Space:
     return load_space(resolve_space(DEFAULT_SPACE))
+
+
+def load_best() -> dict[str, Any]:
+    """The best of the reference space (benchmarks/results/space_best.json)."""
+    path = RESULTS / "space_best.json"
+    if not path.exists():
+        raise SystemExit(f"{path} is missing: run `python benchmarks/space_best.py` first")
+    return json.loads(path.read_text())
+
+
+def machine() -> str:
+    """The machine a run happened on: OS/architecture, Python, CPU cores."""
+    return (
+        f"{platform.platform(terse=True)} {platform.machine()}, Python {platform.python_version()}, "
+        f"{os.cpu_count()} cores"
+    )
+
+
+def write_result(name: str, data: dict[str, Any]) -> Path:
+    """Write one benchmark's JSON result to benchmarks/results/<name>.json."""
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    path = RESULTS / f"{name}.json"
+    path.write_text(json.dumps(data, indent=2, default=float) + "\n")
+    return path
 
 
 def random_configs(space: Space, n: int, seed: int = 0) -> Iterator[dict[str, Any]]:
@@ -38,8 +73,19 @@ def random_configs(space: Space, n: int, seed: int = 0) -> Iterator[dict[str, An
             yield params
 
 
-def sweep(space: Space, params: dict[str, Any], workload: Workload, *, seed: int = 0,
-          noise: float = 0.0) -> tuple[float | None, float]:
+def launchable(space: Space, params: dict[str, Any]) -> bool:
+    """Whether the simulator launches the configuration (no OOM, no refused layout)."""
+    spec = space.render(params)
+    try:
+        PerfModel.build(space.hardware, space.model, spec.argv, spec.env)
+    except LaunchFailure:
+        return False
+    return True
+
+
+def sweep(
+    space: Space, params: dict[str, Any], workload: Workload, *, seed: int = 0, noise: float = 0.0
+) -> tuple[float | None, float]:
     """(peak tok/s or None if the launch fails, sweep server seconds) of one configuration."""
     spec = space.render(params)
     try:

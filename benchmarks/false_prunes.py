@@ -17,10 +17,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from _common import reference_space, sweep  # noqa: E402
-from optuna.trial import TrialState  # noqa: E402
-from search_quality import run_study  # noqa: E402
-from sweep_fidelity import FULL  # noqa: E402
+from _common import reference_space, sweep
+from optuna.trial import TrialState
+from search_quality import run_study
+from sweep_fidelity import FULL
 
 
 def main() -> None:

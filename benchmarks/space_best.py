@@ -68,14 +68,15 @@ def coordinate_ascent(space: Space, start: dict[str, Any], cache: dict[str, floa
     return best_v, best
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--trials", type=int, default=600)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     space = reference_space()
     cache: dict[str, float] = {}
-    study = optuna.create_study(direction="maximize",
-                                sampler=optuna.samplers.TPESampler(seed=0, multivariate=True, group=True))
+    study = optuna.create_study(
+        direction="maximize", sampler=optuna.samplers.TPESampler(seed=0, multivariate=True, group=True)
+    )
     for _ in range(args.trials):
         trial = study.ask()
         params = space.suggest(trial)
@@ -86,10 +87,23 @@ def main() -> None:
     best_v, best = max(results, key=lambda r: r[0])
     spec = space.render(best)
     RESULT.parent.mkdir(parents=True, exist_ok=True)
-    RESULT.write_text(json.dumps({"space": space.name, "value": best_v, "params": best, "argv": spec.argv,
-                                  "env": spec.env, "evaluated": len(cache)}, indent=2))
-    print(f"best of {space.name} (noise off, seed {TRUTH_SEED}): {best_v:.1f} tok/s after {len(cache)} "
-          f"distinct configurations")
+    RESULT.write_text(
+        json.dumps(
+            {
+                "space": space.name,
+                "value": best_v,
+                "params": best,
+                "argv": spec.argv,
+                "env": spec.env,
+                "evaluated": len(cache),
+            },
+            indent=2,
+        )
+    )
+    print(
+        f"best of {space.name} (noise off, seed {TRUTH_SEED}): {best_v:.1f} tok/s after {len(cache)} "
+        f"distinct configurations"
+    )
     print("  " + " ".join(spec.argv))
     print("  " + " ".join(f"{k}={v}" for k, v in spec.env.items()))
     print("  ascent results from each start: " + ", ".join(f"{v:.0f}" for v, _ in results))

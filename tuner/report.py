@@ -706,7 +706,9 @@ def render_html(data: ReportData) -> str:
     try:
         from plotly.offline import get_plotlyjs
     except ImportError as exc:  # plotly is an optional dependency
-        raise RuntimeError("the HTML report needs plotly: pip install plotly (a dependency of tuner)") from exc
+        raise RuntimeError(
+            "the HTML report needs plotly: pip install plotly (a dependency of tuner)"
+        ) from exc
 
     e = html.escape
     parts = [

@@ -155,7 +155,7 @@ class IncumbentLocalSampler(BaseSampler):
         if isinstance(dist, IntDistribution | FloatDistribution):
             span = dist.high - dist.low
             moved = min(max(value + self._rng.normal(0, 0.1 * span), dist.low), dist.high)
-            return int(round(moved)) if isinstance(dist, IntDistribution) else float(moved)
+            return round(moved) if isinstance(dist, IntDistribution) else float(moved)
         return value
 
     def _candidates(self, dist: BaseDistribution, value: Any) -> list[Any]:

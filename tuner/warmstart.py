@@ -6,8 +6,8 @@ simulator answers "how fast would this configuration be?" in tens of millisecond
 without noise, so a few hundred predictions cost less than one real restart. This module
 searches the space on the simulator (noise off, with a hardware profile that may be only
 a guess of the real host's) and returns the best few distinct configurations, ready for
-``Search(extra_start=...)``. The study then measures them on the
-real backend like any other start point: a wrong prior costs a few trials, never the result.
+``Search(extra_start=...)``. The study then measures them on the real backend like any
+other start point: a wrong prior costs a few trials, never the result.
 """
 
 from __future__ import annotations
@@ -33,10 +33,15 @@ from tuner.space import Space
 PREDICTION_SEED = 0
 #: Share of the predictions spent on the global phase (start points and TPE); the rest
 #: climbs from its best configurations.
-TPE_SHARE = 0.5
+TPE_SHARE = 0.3
 #: Predictions this close (relative) are the same prediction: deterministic simulations
 #: of configurations that differ only in knobs without a modelled effect agree exactly.
 TIE = 1e-9
+#: A climb does not start within this many parameter changes of an earlier climb's start
+#: or summit.
+RESTART_DISTANCE = 3
+#: Climbs whose first pass runs side by side before the best one goes on.
+CLIMBERS = 3
 
 
 class Predictor:
@@ -99,13 +104,15 @@ def predicted_top(
 
     The prediction is the simulator's objective value under the space's workload, with
     ``hardware_profile`` (a profile, a profile id or a YAML path; default: the space's own)
-    standing in for the host. ``trials`` predictions are spent in two phases: the space's
-    start points and TPE over the whole space (:data:`TPE_SHARE` of them) find the good
-    regions, then coordinate ascent (every value of one parameter at a time, moving on any
-    improvement) climbs from the best configurations found, restarting from the next best
-    when one converges. Returns at most ``k`` parameter dicts (fewer when fewer launchable
-    configurations were found), best first, each complete and effective for the space, so
-    ``Search(extra_start=predicted_top(space))`` measures them first.
+    standing in for the host. ``trials`` predictions are spent in two phases. The space's
+    start points and TPE over the whole space (:data:`TPE_SHARE` of the predictions) find
+    the good regions; coordinate ascent (every value of one parameter at a time, moving on
+    any improvement) then climbs: one pass from each of the :data:`CLIMBERS` best distinct
+    regions found, then the leader to its summit, then restarts from regions not climbed.
+    Returns at most ``k`` parameter dicts, best first (fewer when fewer launchable
+    configurations were found), each complete and effective for the space, so
+    ``Search(extra_start=predicted_top(space))`` measures them first. Configurations the
+    model predicts exactly alike count once.
     """
     if k < 1:
         raise ValueError("k must be at least 1")
@@ -133,32 +140,51 @@ def predicted_top(
         trial = study.ask()
         study.tell(trial, evaluate(space.suggest(trial)))
 
-    # Phase 2: coordinate ascent from the best configurations found, new predictions only.
+    # Phase 2: coordinate ascent, new predictions only. The first round makes one pass from
+    # each of the CLIMBERS best phase-1 configurations that are not next to each other (a
+    # basin's best start is not always the best basin), then the leader climbs to its
+    # summit; leftover predictions restart from the next distant phase-1 configuration.
     values = space.value_lists()
     rng = np.random.default_rng(seed)
-    climbed: set[str] = set()
+    seeds = [params for _, (value, params) in _ranked(found) if value > 0]
+    visited: list[dict[str, Any]] = []
+
+    def distant(params: dict[str, Any]) -> bool:
+        return all(_distance(params, v) >= RESTART_DISTANCE for v in visited)
+
+    def one_pass(current: dict[str, Any], current_value: float) -> tuple[dict[str, Any], float, bool]:
+        improved = False
+        for name in (str(n) for n in rng.permutation(list(values))):
+            for v in values[name]:
+                if len(predict.cache) >= trials:
+                    return current, current_value, False
+                if name not in current or _same(current[name], v):
+                    continue
+                candidate = space.complete({**current, name: v})
+                if space.check(candidate):
+                    continue  # rejected by the rules: no prediction needed
+                value = evaluate(candidate)
+                if value > current_value * (1 + TIE):
+                    current, current_value, improved = space.effective(candidate), value, True
+        return current, current_value, improved
+
+    first_round = True
     while len(predict.cache) < trials:
-        starts = [vp for key, vp in _ranked(found) if key not in climbed and vp[0] > 0]
-        if not starts:
+        climbers = []
+        for start in seeds:
+            if len(climbers) == (CLIMBERS if first_round else 1):
+                break
+            if distant(start):
+                visited.append(start)
+                climbers.append(start)
+        if not climbers:
             break
-        current_value, current = starts[0]
-        climbed.add(space.key(current))
-        improved = True
+        results = [one_pass(c, predict(c)) for c in climbers]
+        first_round = False
+        current, current_value, improved = max(results, key=lambda r: r[1])
         while improved and len(predict.cache) < trials:
-            improved = False
-            for name in rng.permutation(list(values)):
-                for v in values[str(name)]:
-                    if len(predict.cache) >= trials:
-                        break
-                    if name not in current or _same(current[name], v):
-                        continue
-                    candidate = space.complete({**current, str(name): v})
-                    if space.check(candidate):
-                        continue  # rejected by the rules: no prediction needed
-                    value = evaluate(candidate)
-                    if value > current_value * (1 + 1e-9):
-                        current_value, current, improved = value, space.effective(candidate), True
-                        climbed.add(space.key(current))
+            current, current_value, improved = one_pass(current, current_value)
+        visited += [r[0] for r in results] + [current]
     picks: list[tuple[float, dict[str, Any]]] = []
     for _, (value, params) in _ranked(found):
         if len(picks) == k or value <= 0:
@@ -173,6 +199,11 @@ def predicted_top(
 def _ranked(found: dict[str, tuple[float, dict[str, Any]]]) -> list[tuple[str, tuple[float, dict[str, Any]]]]:
     """Configurations by predicted value, best first (ties: first found first)."""
     return sorted(found.items(), key=lambda kv: kv[1][0], reverse=True)
+
+
+def _distance(a: Mapping[str, Any], b: Mapping[str, Any]) -> int:
+    """Parameters whose values differ (one side missing counts as different)."""
+    return sum(1 for name in set(a) | set(b) if name not in a or name not in b or not _same(a[name], b[name]))
 
 
 def _same(a: Any, b: Any) -> bool:

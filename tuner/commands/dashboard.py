@@ -99,7 +99,9 @@ def run(args: argparse.Namespace) -> int:
     try:
         import optuna_dashboard
     except ImportError as exc:
-        raise UsageError("optuna-dashboard is not installed (a dependency of tuner): pip install optuna-dashboard") from exc
+        raise UsageError(
+            "optuna-dashboard is not installed (a dependency of tuner): pip install optuna-dashboard"
+        ) from exc
 
     from tuner import logging as tuner_logging
     from tuner.annotate import default_artifact_dir

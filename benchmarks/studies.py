@@ -1,0 +1,362 @@
+"""Benchmark studies: the tuner, its variants and its peers, run on the simulated reference space.
+
+Every strategy is a study of the tuner's own :class:`~tuner.study.Search` (the same trial
+logic, storage and simulator backend as ``tuner search``), with the one thing that makes
+it a different strategy swapped: the sampler, the start points, pruning, reuse, the rule
+check or the sweep. A study's result is reduced to what the benchmarks score (see
+:class:`StudyResult`): after each trial, the noise-free value of the configuration the
+study would recommend at that point, and the simulated server time of each trial.
+
+Strategies (``STRATEGIES``):
+
+* ``tuner``: ``Search`` as ``tuner search`` builds it (IncumbentLocalSampler, the space's
+  start points, rule check, pruning, reuse, the space's shortened sweep).
+* ``random``: Optuna's RandomSampler in the same trial logic, no start points.
+* ``grid``: the 8-candidate tiered grid of :data:`GRID` (SGLang auto_benchmark's manner).
+* ``handpicked``: the reference campaign's 7 hand-picked configurations (:data:`HANDPICKED`).
+* ``tpe``: plain TPE the way auto-tuning-vllm runs it: ``TPESampler()`` with its defaults,
+  no start points, no pruning, no reuse, no rule check (an impossible combination is
+  launched and fails; a failed trial is FAIL, which TPE ignores).
+* ``no-prune``, ``full-sweep``, ``no-reuse``, ``all-off``: the tuner with pruning, the
+  shortened sweep (replaced by the reference full sweep), reuse, or all three switched off.
+
+Every strategy measures with the space's shortened sweep except ``full-sweep`` and
+``all-off``, so search strategies are compared on equal footing; the recommendation of
+every study is scored noise-free on the space's own sweep (as ``space_best.py`` scores).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import tempfile
+import time
+import warnings
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+import numpy as np
+import optuna
+from _common import FULL_SWEEP, reference_space
+from optuna.trial import FrozenTrial, TrialState
+from space_best import true_value
+
+from tuner.backends import Measurement, SimBackend
+from tuner.failures import LaunchFailure
+from tuner.objectives import Objective
+from tuner.sim.calibration import REFERENCE_NCCL
+from tuner.sim.serving import DEFAULT_NOISE
+from tuner.space import Space
+from tuner.study import Search
+
+# A failed launch of the plain-TPE peer returns NaN on purpose (Optuna records it as FAIL).
+warnings.filterwarnings("ignore", message="The value nan is not acceptable")
+
+#: Server time charged for a launch SGLang refuses while parsing its arguments (Python
+#: imports and the argument checks, before any weights load; estimate). The simulator's
+#: backend charges a full start-up for every failed launch; only the peers that skip the
+#: rule check ever launch such a configuration, so this keeps their cost honest.
+ARG_CHECK_S = 20.0
+
+#: The reference campaign's flags for every hand-picked configuration (tuner/sim/calibration.py).
+_REFERENCE = {"max_running_requests": 256, "num_continuous_decode_steps": 8, "mem_fraction_static": 0.88}
+_TUNED_NCCL = {
+    "nccl_proto": REFERENCE_NCCL["NCCL_PROTO"],
+    "nccl_min_nchannels": int(REFERENCE_NCCL["NCCL_MIN_NCHANNELS"]),
+    "nccl_max_nchannels": int(REFERENCE_NCCL["NCCL_MAX_NCHANNELS"]),
+    "nccl_nthreads": int(REFERENCE_NCCL["NCCL_NTHREADS"]),
+    "nccl_buffsize": int(REFERENCE_NCCL["NCCL_BUFFSIZE"]),
+}
+#: The reference campaign's hand-picked list, in the order a person ran it. NCCL settings
+#: are left at their defaults except in the last one, which adds the campaign's NCCL tuning.
+HANDPICKED: dict[str, dict[str, Any]] = {
+    "TP8": {"layout": "tp8", "ep_size": 1, **_REFERENCE},
+    "EP8": {"layout": "tp8", "ep_size": 8, "enable_eplb": False, **_REFERENCE},
+    "EP8 + EPLB": {"layout": "tp8", "ep_size": 8, "enable_eplb": True, **_REFERENCE},
+    "EP4": {"layout": "tp8", "ep_size": 4, "enable_eplb": False, **_REFERENCE},
+    "TP8 no CUDA graphs": {"layout": "tp8", "ep_size": 1, "disable_cuda_graph": True, **_REFERENCE},
+    "PP8": {"layout": "pp8", "ep_size": 1, **_REFERENCE},
+    "TP8 + NCCL tuning": {"layout": "tp8", "ep_size": 1, **_REFERENCE, **_TUNED_NCCL},
+}
+
+#: A tiered grid in the manner of SGLang's auto_benchmark: a grid over server flags in
+#: three tiers (parallelism layout, then batching, then memory), at most 8 candidates.
+#: Two values per tier, 2 x 2 x 2 = 8: the two layouts a person knows to try on 8 GPUs
+#: (TP8, TP8 + EP8), the request cap at the reference value and doubled, and the static
+#: memory fraction either side of SGLang's derived default (~0.88 on these cards).
+#: Everything else (decode steps, CUDA graphs, NCCL variables) stays at SGLang's defaults:
+#: the tool grids the flags it is given and does not tune environment variables.
+GRID_TIERS: tuple[tuple[str, tuple[dict[str, Any], ...]], ...] = (
+    ("parallelism", ({"layout": "tp8", "ep_size": 1}, {"layout": "tp8", "ep_size": 8, "enable_eplb": False})),
+    ("batching", ({"max_running_requests": 256}, {"max_running_requests": 512})),
+    ("memory", ({"mem_fraction_static": 0.85}, {"mem_fraction_static": 0.90})),
+)
+GRID: list[dict[str, Any]] = [
+    {**a, **b, **c} for a in GRID_TIERS[0][1] for b in GRID_TIERS[1][1] for c in GRID_TIERS[2][1]
+]
+
+
+@dataclass(frozen=True)
+class Job:
+    """One study to run: a strategy, a seed, a budget of trials."""
+
+    strategy: str
+    seed: int
+    budget: int
+    noise: float = DEFAULT_NOISE
+    #: JSON list of configurations measured first after the space's start points
+    #: (``Search(extra_start=...)``); JSON so that a job is hashable.
+    extra_start: str = "[]"
+
+    @property
+    def key(self) -> tuple:
+        return (self.strategy, self.seed, self.budget, self.noise, self.extra_start)
+
+
+@dataclass
+class StudyResult:
+    """What a benchmark needs from one finished study.
+
+    ``rec_value[n-1]`` is the noise-free value (tok/s, the space's sweep) of the configuration
+    the study recommends after its first ``n`` trials (0 while none is feasible);
+    ``server_s[n-1]`` is trial n's simulated server time (start-up + measured levels).
+    ``trial_value`` (random search only) is the noise-free value of every trial's own
+    configuration, for the hit rate of a random draw.
+    """
+
+    job: Job
+    rec_value: list[float]
+    server_s: list[float]
+    outcomes: dict[str, int] = field(default_factory=dict)
+    wall_s: float = 0.0
+    trial_value: list[float] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {**asdict(self), "job": asdict(self.job)}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> StudyResult:
+        return cls(**{**data, "job": Job(**data["job"])})
+
+    def final(self, budget: int | None = None) -> float:
+        """Noise-free value of the recommendation after ``budget`` trials (default: all)."""
+        values = self.rec_value[:budget]
+        return values[-1] if values else 0.0
+
+    def trials_to(self, target: float, budget: int | None = None) -> int | None:
+        """First trial count whose recommendation is worth at least ``target``; None if never."""
+        for n, v in enumerate(self.rec_value[:budget], start=1):
+            if v >= target:
+                return n
+        return None
+
+    def server_h(self, budget: int | None = None) -> float:
+        return sum(self.server_s[:budget]) / 3600
+
+
+# --- backends and search variants ------------------------------------------------------------
+class BenchBackend(SimBackend):
+    """The simulator backend; a launch refused at argument parsing costs :data:`ARG_CHECK_S`."""
+
+    def measure(self, *args: Any, **kwargs: Any) -> Measurement:
+        m = super().measure(*args, **kwargs)
+        if m.status == "failed" and m.failure is not None and m.failure.reason == "invalid-args":
+            m.startup_s = m.server_s = ARG_CHECK_S
+        return m
+
+
+class _NoRules:
+    """A space whose rule check passes everything: impossible combinations get launched."""
+
+    def __init__(self, space: Space):
+        self._space = space
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._space, name)
+
+    def check(self, params: Any) -> list[str]:
+        return []
+
+
+class _FailedIsFail(Search):
+    """A failed launch is an Optuna FAIL (returning NaN does that), not a 0 with a constraint."""
+
+    def _failed(self, trial: optuna.Trial, failure: LaunchFailure) -> float:
+        super()._failed(trial, failure)
+        return math.nan
+
+
+@cache
+def _space(full_sweep: bool = False) -> Space:
+    space = reference_space()
+    if not full_sweep:
+        return space
+    return Space(space.spec.model_copy(update={"workload": FULL_SWEEP}), source=space.source)
+
+
+def _objective(space: Space) -> Objective:
+    """The objective as ``tuner search`` builds it from the space."""
+    return Objective(**{k: v for k, v in space.objective.model_dump().items() if v is not None})
+
+
+def _search(
+    job: Job,
+    tmp: str,
+    *,
+    space: Any = None,
+    cls: type[Search] = Search,
+    sampler: optuna.samplers.BaseSampler | None = None,
+    **kwargs: Any,
+) -> Search:
+    space = space if space is not None else _space()
+    search = cls(
+        space,
+        BenchBackend(space.hardware, space.model, noise=job.noise),
+        study_name="bench",
+        storage=f"sqlite:///{tmp}/bench.db",
+        objective=_objective(space),
+        seed=job.seed,
+        budget=job.budget,
+        **kwargs,
+    )
+    if sampler is not None:
+        search.study.sampler = sampler
+    return search
+
+
+def _fixed_list(job: Job, tmp: str, configs: Iterable[dict[str, Any]]) -> Search:
+    """Measure a fixed list of configurations, in order, once each (the budget is the list)."""
+    space = _space()
+    points = [space.effective(space.complete(c)) for c in configs]
+    search = _search(
+        job,
+        tmp,
+        warm_start=False,
+        prune=False,
+        reuse=False,
+        sampler=optuna.samplers.RandomSampler(seed=job.seed),
+    )
+    search.budget = len(points)
+    for p in points:
+        search.study.enqueue_trial(p)
+    return search
+
+
+def _tuner(job: Job, tmp: str) -> Search:
+    return _search(job, tmp, extra_start=json.loads(job.extra_start))
+
+
+STRATEGIES: dict[str, Callable[[Job, str], Search]] = {
+    "tuner": _tuner,
+    "random": lambda job, tmp: _search(
+        job, tmp, warm_start=False, sampler=optuna.samplers.RandomSampler(seed=job.seed)
+    ),
+    "grid": lambda job, tmp: _fixed_list(job, tmp, GRID),
+    "handpicked": lambda job, tmp: _fixed_list(job, tmp, HANDPICKED.values()),
+    "tpe": lambda job, tmp: _search(
+        job,
+        tmp,
+        space=_NoRules(_space()),
+        cls=_FailedIsFail,
+        warm_start=False,
+        prune=False,
+        reuse=False,
+        sampler=optuna.samplers.TPESampler(seed=job.seed),
+    ),
+    "no-prune": lambda job, tmp: _search(job, tmp, prune=False),
+    "full-sweep": lambda job, tmp: _search(job, tmp, space=_space(full_sweep=True)),
+    "no-reuse": lambda job, tmp: _search(job, tmp, reuse=False),
+    "all-off": lambda job, tmp: _search(job, tmp, space=_space(full_sweep=True), prune=False, reuse=False),
+}
+
+
+# --- running and scoring -----------------------------------------------------------------------
+_TRUTH: dict[str, float] = {}
+
+
+def _feasible(t: FrozenTrial) -> bool:
+    """As ``TrialRecord.feasible``: completed or reused, no violated constraint."""
+    return (
+        t.state == TrialState.COMPLETE
+        and t.user_attrs.get("outcome", "complete") in ("complete", "reused")
+        and not t.user_attrs.get("violations")
+        and t.values is not None
+        and not any(math.isnan(v) for v in t.values)
+    )
+
+
+def recommendations(study: optuna.Study) -> list[dict[str, Any] | None]:
+    """The configuration ``tuner best`` would recommend after each trial (``best_record`` on
+    the first n trials: the best feasible measured value, earliest on ties)."""
+    trials = sorted(study.get_trials(deepcopy=False), key=lambda t: t.number)
+    out: list[dict[str, Any] | None] = []
+    best: FrozenTrial | None = None
+    for t in trials:
+        if _feasible(t) and (best is None or t.values[-1] > best.values[-1]):  # type: ignore[index]
+            best = t
+        out.append(dict(best.params) if best is not None else None)
+    return out
+
+
+def run_study(job: Job) -> StudyResult:
+    """Run one study and score its recommendations noise-free (in a worker process)."""
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    space = _space()
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory() as tmp:
+        search = STRATEGIES[job.strategy](job, tmp)
+        search.run()
+        study = search.study
+        trials = sorted(study.get_trials(deepcopy=False), key=lambda t: t.number)
+        wall = time.perf_counter() - t0
+        recs = recommendations(study)
+        server_s = [float(t.user_attrs.get("server_s", 0.0)) for t in trials]
+        drawn = [dict(t.params) for t in trials] if job.strategy == "random" else None
+        outcomes: dict[str, int] = {}
+        for t in trials:
+            o = t.user_attrs.get("outcome", t.state.name.lower())
+            outcomes[o] = outcomes.get(o, 0) + 1
+    rec_value = [0.0 if p is None else true_value(space, space.complete(p), _TRUTH) for p in recs]
+    trial_value = None if drawn is None else [true_value(space, space.complete(p), _TRUTH) for p in drawn]
+    return StudyResult(job, rec_value, server_s, outcomes, wall, trial_value)
+
+
+def run_jobs(
+    jobs: list[Job], n_jobs: int = 2, *, log: Callable[[str], None] | None = print
+) -> list[StudyResult]:
+    """Run the jobs (distinct ones once) on ``n_jobs`` processes; results in the jobs' order."""
+    from joblib import Parallel, delayed
+
+    unique = list({j.key: j for j in jobs}.values())
+    # Longest first (full sweeps, long budgets) keeps both workers busy to the end.
+    cost = {"full-sweep": 3.0, "all-off": 4.0, "no-prune": 1.5, "tpe": 1.2}
+    unique.sort(key=lambda j: -j.budget * cost.get(j.strategy, 1.0))
+    done: dict[tuple, StudyResult] = {}
+    t0 = time.perf_counter()
+    results = Parallel(n_jobs=n_jobs, return_as="generator_unordered")(delayed(run_study)(j) for j in unique)
+    for r in results:
+        done[r.job.key] = r
+        if log is not None:
+            name = r.job.strategy + ("+start" if r.job.extra_start != "[]" else "")
+            log(
+                f"  [{len(done):3d}/{len(unique)}] {name:12s} seed {r.job.seed:2d}: "
+                f"{len(r.rec_value)} trials, {r.server_h():.1f} server h, {r.wall_s:.1f} s "
+                f"(elapsed {time.perf_counter() - t0:.0f} s)"
+            )
+    return [done[j.key] for j in jobs]
+
+
+def median_or_none(values: Iterable[int | None]) -> float | None:
+    """Median where None (never reached) counts as infinitely many trials; None if that is
+    where the median falls."""
+    xs = sorted(math.inf if v is None else v for v in values)
+    if not xs:
+        return None
+    m = float(np.median(xs))
+    return None if math.isinf(m) else m
