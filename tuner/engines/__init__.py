@@ -15,6 +15,7 @@ from tuner.engines.base import Engine
 #: engine name -> module that defines ``ENGINE``
 ENGINES: dict[str, str] = {
     "sglang": "tuner.engines.sglang",
+    "vllm": "tuner.engines.vllm",
 }
 
 
