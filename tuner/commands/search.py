@@ -253,4 +253,5 @@ def summary(
     if best.attrs.get("env"):
         print("  env:   " + " ".join(f"{k}={v}" for k, v in best.attrs["env"].items()))
     where = f" --study {study_name}" + (f" --storage '{redact_url(storage)}'" if storage else "")
-    print(f"unit file: tuner best{where} > sglang.service")
+    engine = study.user_attrs.get("engine", "sglang")
+    print(f"unit file: tuner best{where} > {engine}.service")
