@@ -11,23 +11,18 @@ import glob
 import os
 import pwd
 import shutil
-import socket
 import subprocess
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+
+from tests.helpers import free_port
 
 
 def pg_bin() -> Path | None:
     """Debian's PostgreSQL server binaries (the newest installed major version)."""
     found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"), key=lambda p: int(p.split("/")[4]))
     return Path(found[-1]).parent if found else None
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @contextlib.contextmanager
@@ -46,7 +41,7 @@ def postgres_server() -> Iterator[str]:
         os.chmod(base, 0o755)
         for path in (base, sock):
             os.chown(path, pw.pw_uid, pw.pw_gid)
-    port = _free_port()
+    port = free_port()
     run = dict(check=True, capture_output=True, timeout=120)
     try:
         subprocess.run(

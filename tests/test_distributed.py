@@ -5,7 +5,6 @@ from __future__ import annotations
 import itertools
 import os
 import signal
-import socket
 import subprocess
 import sys
 import textwrap
@@ -16,6 +15,7 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
+from tests.helpers import emulator_pids, free_port
 from tests.postgres import pg_bin, postgres_server
 from tuner.backends import SimBackend
 from tuner.errors import UsageError
@@ -35,26 +35,6 @@ def tuner_env(workdir: Path, **extra: str) -> dict[str, str]:
         XDG_RUNTIME_DIR=str(workdir / "run"),
         **extra,
     )
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def emulator_pids(port: int) -> list[int]:
-    out = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-                state = (entry / "stat").read_text().split()[2]
-            except OSError:
-                continue
-            if "tuner.sim.server" in cmd and f"--port {port}" in cmd and state != "Z":
-                out.append(int(entry.name))
-    return out
 
 
 def emulated_space(workdir: Path, port: int) -> Path:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import textwrap
@@ -17,29 +16,8 @@ from pathlib import Path
 
 import optuna
 
+from tests.helpers import emulator_pids, free_port
 from tuner.study import load_study
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def processes_with(marker: str) -> list[int]:
-    """Pids whose command line contains ``marker`` (this test's unique port)."""
-    out = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-            state = (entry / "stat").read_text().split()[2]
-        except OSError:
-            continue
-        if marker in cmd and "tuner.sim.server" in cmd and state != "Z":
-            out.append(int(entry.name))
-    return out
 
 
 def test_local_backend_study_with_oom_and_a_server_killed_mid_sweep(workdir: Path):
@@ -107,7 +85,7 @@ def test_local_backend_study_with_oom_and_a_server_killed_mid_sweep(workdir: Pat
     assert "The server is fired up and ready to roll!" in (logs / "trial-0.log").read_text()
     assert "Not enough memory" in (logs / "trial-1.log").read_text()
     assert (logs / "trial-2.log").exists()
-    assert processes_with(str(port)) == []
+    assert emulator_pids(port) == []
 
     best = subprocess.run(
         [sys.executable, "-m", "tuner", "best", "--format", "json"],
