@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import shlex
 
 from tuner.errors import UsageError
 from tuner.workload import Workload, parse_levels
@@ -68,3 +69,13 @@ def parse_env_pairs(pairs: list[str] | None) -> dict[str, str]:
             raise UsageError(f"--env expects KEY=VALUE, got {pair!r}")
         env[key] = value
     return env
+
+
+def server_flags(words: list[str]) -> list[str]:
+    """The server flags given after ``--`` (or as one quoted command line)."""
+    flags = list(words)
+    if flags and flags[0] == "--":
+        flags = flags[1:]
+    if len(flags) == 1 and " " in flags[0]:
+        flags = shlex.split(flags[0])
+    return flags

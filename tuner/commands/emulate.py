@@ -9,8 +9,8 @@ at the modelled pace; see :mod:`tuner.sim.server`.
 from __future__ import annotations
 
 import argparse
-import shlex
 
+from tuner.commands._common import server_flags
 from tuner.sim import server
 
 
@@ -29,9 +29,5 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    flags = list(args.flags)
-    if flags and flags[0] == "--":
-        flags = flags[1:]
-    if len(flags) == 1 and " " in flags[0]:
-        flags = shlex.split(flags[0])
+    flags = server_flags(args.flags)
     return server.run(args, flags)

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import shlex
 
 from tuner import profiles
-from tuner.commands._common import add_workload_args, parse_env_pairs, workload_from_args
+from tuner.commands._common import add_workload_args, parse_env_pairs, server_flags, workload_from_args
 from tuner.errors import UsageError
 from tuner.failures import LaunchFailure
 from tuner.metrics import summarize
@@ -46,11 +45,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    flags = list(args.flags)
-    if flags and flags[0] == "--":
-        flags = flags[1:]
-    if len(flags) == 1 and " " in flags[0]:
-        flags = shlex.split(flags[0])
+    flags = server_flags(args.flags)
     if args.noise < 0:
         raise UsageError("--noise must be >= 0")
     workload = workload_from_args(args)
