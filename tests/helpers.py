@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import socket
 from pathlib import Path
 
@@ -27,3 +28,19 @@ def emulator_pids(port: int) -> list[int]:
         if "tuner.sim.server" in cmd and f"--port {port}" in cmd and state != "Z":
             out.append(int(entry.name))
     return out
+
+
+#: Debian's Chromium, when installed.
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+#: Headless Chromium on a closed network: no background traffic, no sandbox (root), no GPU.
+CHROMIUM_FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-dev-shm-usage",
+]

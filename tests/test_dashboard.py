@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -24,6 +23,7 @@ import optuna
 import optuna_dashboard
 import pytest
 
+from tests.helpers import CHROMIUM, CHROMIUM_FLAGS
 from tuner.annotate import (
     DASHBOARD_TRIAL_ARTIFACT_PREFIX,
     TrialAnnotator,
@@ -36,21 +36,9 @@ from tuner.cli import main
 from tuner.commands.dashboard import dashboard_url
 from tuner.study import best_record, load_study, resolve_storage
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 needs_chromium = pytest.mark.skipif(
     CHROMIUM is None, reason="headless Chromium is not installed (Debian: apt-get install chromium)"
 )
-CHROMIUM_FLAGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--disable-dev-shm-usage",
-]
 
 
 def chromium(args: list[str], profile: Path, timeout: float = 60.0) -> str:

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import signal
 import subprocess
 from pathlib import Path
 
 import pytest
 
+from tests.helpers import CHROMIUM, CHROMIUM_FLAGS
 from tuner.cli import main
 from tuner.report import (
     FIGURES,
@@ -28,20 +28,8 @@ from tuner.report import (
 )
 from tuner.study import load_study
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-OFFLINE_CHROMIUM = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--disable-dev-shm-usage",
-    "--proxy-server=127.0.0.1:9",
-    "--host-resolver-rules=MAP * ~NOTFOUND",
-]
+#: Offline: every connection goes to a dead proxy and no name resolves.
+OFFLINE_CHROMIUM = [*CHROMIUM_FLAGS, "--proxy-server=127.0.0.1:9", "--host-resolver-rules=MAP * ~NOTFOUND"]
 
 
 def rendered_dom(page: Path, profile: Path, budget_ms: int = 10000) -> str:

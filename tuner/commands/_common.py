@@ -79,3 +79,9 @@ def server_flags(words: list[str]) -> list[str]:
     if len(flags) == 1 and " " in flags[0]:
         flags = shlex.split(flags[0])
     return flags
+
+
+def add_study_args(p: argparse.ArgumentParser) -> None:
+    """``--study`` and ``--storage`` of the commands that read an existing study."""
+    p.add_argument("--study", help="study name (default: the newest study in ./studies)")
+    p.add_argument("--storage", help="Optuna storage URL (default: the study's database in ./studies)")

@@ -7,6 +7,7 @@ import json
 import sys
 from pathlib import Path
 
+from tuner.commands._common import add_study_args
 from tuner.engines.base import LaunchSpec
 from tuner.errors import UsageError
 from tuner.metrics import LevelMetrics
@@ -23,8 +24,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "with the winning flags, one Environment= line per variable), a copy-pasteable shell command, "
         "or JSON.",
     )
-    p.add_argument("--study", help="study name (default: the newest study in ./studies)")
-    p.add_argument("--storage", help="Optuna storage URL")
+    add_study_args(p)
     p.add_argument("--format", choices=("systemd", "shell", "json"), default="systemd")
     p.add_argument("-o", "--output", type=Path, help="write to this file instead of stdout")
     p.add_argument(

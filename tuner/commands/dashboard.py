@@ -32,6 +32,7 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from loguru import logger
 
+from tuner.commands._common import add_study_args
 from tuner.errors import UsageError
 
 
@@ -43,8 +44,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "trial's note (per-level numbers, state and constraints in words, its systemd unit) and "
         "artifacts. Binds 127.0.0.1 unless --host says otherwise; Ctrl-C stops it.",
     )
-    p.add_argument("--study", help="study name (default: the newest study in ./studies)")
-    p.add_argument("--storage", help="Optuna storage URL (default: the study's database in ./studies)")
+    add_study_args(p)
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1, loopback only)")
     p.add_argument("--port", type=int, default=8080, help="port (default 8080; 0 picks a free one)")
     p.add_argument(

@@ -6,6 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from tuner.commands._common import add_study_args
 from tuner.errors import UsageError
 
 DEFAULT_HTML = Path("report.html")
@@ -20,8 +21,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "(Pareto front, by layout), tok/s against concurrency, and failures by class. The HTML page "
         "embeds plotly.js and opens without a network; --format md prints the tables alone.",
     )
-    p.add_argument("--study", help="study name (default: the newest study in ./studies)")
-    p.add_argument("--storage", help="Optuna storage URL")
+    add_study_args(p)
     p.add_argument(
         "-o",
         "--output",

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import argparse
 
+from tuner.commands._common import add_study_args
 from tuner.errors import UsageError
 from tuner.study import TrialRecord, load_study
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("trials", help="list a study's trials: params, per-level numbers, state, reason")
-    p.add_argument("--study", help="study name (default: the newest study in ./studies)")
-    p.add_argument("--storage", help="Optuna storage URL")
+    add_study_args(p)
     p.set_defaults(handler=run)
 
 
