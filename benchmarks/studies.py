@@ -44,9 +44,9 @@ sys.path.insert(0, str(Path(__file__).parent))
 import numpy as np
 import optuna
 from _common import FULL_SWEEP, reference_space
-from optuna.trial import FrozenTrial, TrialState
 from space_best import true_value
 
+from tuner import estimates
 from tuner.backends import Measurement, SimBackend
 from tuner.failures import LaunchFailure
 from tuner.objectives import Objective
@@ -240,6 +240,7 @@ def _fixed_list(job: Job, tmp: str, configs: Iterable[dict[str, Any]]) -> Search
         warm_start=False,
         prune=False,
         reuse=False,
+        confirm=False,
         sampler=optuna.samplers.RandomSampler(seed=job.seed),
     )
     search.budget = len(points)
@@ -255,7 +256,7 @@ def _tuner(job: Job, tmp: str) -> Search:
 STRATEGIES: dict[str, Callable[[Job, str], Search]] = {
     "tuner": _tuner,
     "random": lambda job, tmp: _search(
-        job, tmp, warm_start=False, sampler=optuna.samplers.RandomSampler(seed=job.seed)
+        job, tmp, warm_start=False, confirm=False, sampler=optuna.samplers.RandomSampler(seed=job.seed)
     ),
     "grid": lambda job, tmp: _fixed_list(job, tmp, GRID),
     "handpicked": lambda job, tmp: _fixed_list(job, tmp, HANDPICKED.values()),
@@ -267,6 +268,7 @@ STRATEGIES: dict[str, Callable[[Job, str], Search]] = {
         warm_start=False,
         prune=False,
         reuse=False,
+        confirm=False,
         sampler=optuna.samplers.TPESampler(seed=job.seed),
     ),
     "no-prune": lambda job, tmp: _search(job, tmp, prune=False),
@@ -280,27 +282,14 @@ STRATEGIES: dict[str, Callable[[Job, str], Search]] = {
 _TRUTH: dict[str, float] = {}
 
 
-def _feasible(t: FrozenTrial) -> bool:
-    """As ``TrialRecord.feasible``: completed or reused, no violated constraint."""
-    return (
-        t.state == TrialState.COMPLETE
-        and t.user_attrs.get("outcome", "complete") in ("complete", "reused")
-        and not t.user_attrs.get("violations")
-        and t.values is not None
-        and not any(math.isnan(v) for v in t.values)
-    )
-
-
 def recommendations(study: optuna.Study) -> list[dict[str, Any] | None]:
     """The configuration ``tuner best`` would recommend after each trial (``best_record`` on
-    the first n trials: the best feasible measured value, earliest on ties)."""
+    the first n trials)."""
     trials = sorted(study.get_trials(deepcopy=False), key=lambda t: t.number)
     out: list[dict[str, Any] | None] = []
-    best: FrozenTrial | None = None
-    for t in trials:
-        if _feasible(t) and (best is None or t.values[-1] > best.values[-1]):  # type: ignore[index]
-            best = t
-        out.append(dict(best.params) if best is not None else None)
+    for n in range(1, len(trials) + 1):
+        best = estimates.best(trials[:n])
+        out.append(dict(best.trial.params) if best is not None else None)
     return out
 
 

@@ -137,9 +137,9 @@ def test_pipe_gets_plain_lines_only(workdir):
     assert lines[-1] == "search finished"
 
 
-def _trial(value: float, start: dt.datetime, seconds: float) -> optuna.trial.FrozenTrial:
+def _trial(value: float, start: dt.datetime, seconds: float, ep_size: int = 8) -> optuna.trial.FrozenTrial:
     t = optuna.trial.create_trial(
-        params={"ep_size": 8},
+        params={"ep_size": ep_size},
         distributions={"ep_size": CategoricalDistribution([1, 8])},
         value=value,
         state=TrialState.COMPLETE,
@@ -158,8 +158,8 @@ def test_estimate_of_time_left_comes_from_measured_trial_durations():
     p.start(budget=10, already_finished=2)
     assert "~? left" in p.status_text()
     t0 = dt.datetime(2026, 1, 1)
-    for value, secs in [(102.0, 60.0), (103.0, 120.0)]:
-        study.add_trial(_trial(value, t0, secs))
+    for value, secs, ep in [(102.0, 60.0, 1), (103.0, 120.0, 8)]:
+        study.add_trial(_trial(value, t0, secs, ep))
         p.trial_done(study, study.trials[-1])
     # 2 + 2 finished of 10: 6 left at a mean of 90 s each.
     assert p.eta_s() == pytest.approx(6 * 90.0)

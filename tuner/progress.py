@@ -37,7 +37,7 @@ from loguru import logger
 from optuna.trial import FrozenTrial
 
 from tuner import logging as tuner_logging
-from tuner.study import TrialRecord, best_record
+from tuner.study import REPEAT_OF, TrialRecord, best_record
 
 #: Carriage return plus "erase the whole line": redraws the status line in place.
 CLEAR_LINE = "\r\x1b[2K"
@@ -86,7 +86,9 @@ def trial_line(rec: TrialRecord, best: TrialRecord | None, space: Any = None) ->
         state = rec.attrs.get("reason", rec.outcome)
     if rec.outcome == "reused":
         state = f"reused #{rec.attrs.get('reused_from')}"
-    best_s = f"best {best.values[-1]:.0f} (#{best.number})" if best and best.values else "best -"
+    if REPEAT_OF in rec.attrs and rec.outcome == "complete":
+        state = f"repeat of #{rec.attrs[REPEAT_OF]}"
+    best_s = f"best {best.mean:.0f} (#{best.number})" if best and best.mean is not None else "best -"
     return f"#{rec.number:<3d} {diff[:90]:<90s} | {levels:<34s} | {state[:80]} | {best_s}"
 
 
@@ -234,8 +236,8 @@ class Progress:
             parts.append(f"{format_duration(elapsed)} elapsed")
             eta = self.eta_s(now)
             parts.append(f"~{format_duration(eta)} left" if eta is not None else "~? left")
-            if self.best is not None and self.best.values:
-                parts.append(f"best {self.best.values[-1]:.0f} tok/s (#{self.best.number})")
+            if self.best is not None and self.best.mean is not None:
+                parts.append(f"best {self.best.mean:.0f} tok/s (#{self.best.number})")
             else:
                 parts.append("best -")
             if running:

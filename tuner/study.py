@@ -19,7 +19,7 @@ import threading
 import time
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +28,7 @@ import sqlalchemy
 from optuna.storages import RDBStorage, RetryHeartbeatStaleTrialCallback
 from optuna.trial import FrozenTrial, TrialState
 
+from tuner import estimates
 from tuner.backends import Backend, Interrupted, Measurement
 from tuner.coordination import BudgetGate, Heartbeat
 from tuner.failures import LaunchFailure
@@ -42,6 +43,14 @@ warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning
 # The worker loop uses ask/tell with its own heartbeat thread (tuner.coordination.Heartbeat).
 warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to be used with Study.optimize")
 
+#: User attribute of a repeated measurement: the number of the trial it repeats.
+REPEAT_OF = "repeat_of"
+#: Trials at the end of a budget that may re-measure the leading configurations (at most an
+#: eighth of the budget).
+CONFIRM_LAST = 5
+#: Configurations this close (relative) are as good as each other: settling their order is
+#: not worth a launch.
+INDIFFERENCE = 0.01
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
 #: Directory of study databases, relative to the working directory.
 STUDIES_DIR = Path("studies")
@@ -62,6 +71,10 @@ class TrialRecord:
     values: list[float] | None
     params: dict[str, Any]
     attrs: dict[str, Any]
+    #: Trials that launched this configuration and met its constraints (the best record only:
+    #: see :func:`best_record`); ``mean`` is their mean objective value.
+    runs: tuple[int, ...] = ()
+    mean: float | None = None
 
     @classmethod
     def of(cls, t: FrozenTrial) -> TrialRecord:
@@ -138,12 +151,12 @@ def redact_url(url: str) -> str:
 
 
 def best_record(study: optuna.Study) -> TrialRecord | None:
-    """The best feasible completed trial (pareto: the best peak among the feasible front)."""
-    recs = [TrialRecord.of(t) for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))]
-    recs = [r for r in recs if r.feasible and r.values]
-    if not recs:
+    """The first trial of the best feasible configuration (pareto: by peak), judged by all its
+    launches (:func:`tuner.estimates.best`); ``runs`` and ``mean`` say what it rests on."""
+    best = estimates.best(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)))
+    if best is None:
         return None
-    return max(recs, key=lambda r: (r.values[-1], -r.number))  # type: ignore[index]
+    return replace(TrialRecord.of(best.trial), runs=best.numbers, mean=best.mean)
 
 
 class Search:
@@ -161,6 +174,7 @@ class Search:
         budget: int = 40,
         reuse: bool = True,
         prune: bool = True,
+        confirm: bool = True,
         warm_start: bool = True,
         extra_start: list[dict[str, Any]] | None = None,
         on_trial: Callable[[optuna.Study, FrozenTrial], None] | None = None,
@@ -174,6 +188,7 @@ class Search:
         self.budget = budget
         self.reuse = reuse
         self.prune = prune and not objective.multi
+        self.confirm = confirm and not objective.multi
         self.on_trial = on_trial
         self.on_level = on_level
         self.on_start = on_start
@@ -268,6 +283,8 @@ class Search:
             with self.gate.hold():
                 if self.counted() >= self.budget:
                     return
+                if self.confirm:
+                    self._queue_repeat()
                 trial = self.study.ask()
             self._run_trial(trial)
 
@@ -291,6 +308,32 @@ class Search:
                 frozen = self.study.tell(trial, value)
         if self.on_trial and frozen is not None:
             self.on_trial(self.study, frozen)
+
+    def _queue_repeat(self) -> None:
+        """In the last :data:`CONFIRM_LAST` trials of the budget, launch the leading
+        configurations again instead of new ones (best-arm identification, LUCB-style).
+
+        One run cannot tell a better configuration from a lucky run of an equal one (see
+        :mod:`tuner.estimates`). The leader (best score) and its closest challenger (best
+        mean plus one standard error) are compared; the one measured fewer times is launched
+        again, until no challenger can beat the leader by more than :data:`INDIFFERENCE`
+        (then the rest of the budget explores) or the budget ends.
+        """
+        if self.counted() < self.budget - min(CONFIRM_LAST, self.budget // 8):
+            return
+        trials = self.study.get_trials(deepcopy=False)
+        if any(t.state == TrialState.WAITING for t in trials):
+            return
+        ests = estimates.estimates(trials)
+        if len(ests) < 2:
+            return
+        sigma = estimates.noise(ests)
+        leader = estimates.leader(ests, sigma)
+        challenger = max((e for e in ests if e is not leader), key=lambda e: e.upper(sigma))
+        if challenger.upper(sigma) <= leader.score(sigma) * (1 + INDIFFERENCE):
+            return
+        pick = challenger if challenger.runs <= leader.runs else leader
+        self.study.enqueue_trial(dict(pick.trial.params), user_attrs={REPEAT_OF: pick.trial.number})
 
     def _record_interrupted(self, trial: optuna.Trial) -> None:
         """An interrupted trial is failed with reason ``interrupted``; its configuration is
@@ -316,7 +359,7 @@ class Search:
         reasons = self.space.check(params)
         if reasons:
             return self._infeasible(trial, reasons)
-        if self.reuse:
+        if self.reuse and REPEAT_OF not in trial.user_attrs:
             original = self._measured(key, trial.number)
             if original is not None:
                 return self._reuse(trial, original)

@@ -44,6 +44,9 @@ def header_lines(study_name: str, rec: TrialRecord) -> list[str]:
         f"(backend {rec.attrs.get('backend', '?')})",
     ]
     lines += [f"  C={lv.concurrency}: {lv.output_tok_s:.1f} tok/s" for lv in levels]
+    if len(rec.runs) > 1 and rec.mean is not None:
+        trials = ", ".join(f"#{n}" for n in rec.runs)
+        lines.append(f"launched {len(rec.runs)} times (trials {trials}): objective mean {rec.mean:.1f} tok/s")
     return lines
 
 
@@ -65,6 +68,8 @@ def run(args: argparse.Namespace) -> int:
                 "trial": rec.number,
                 "value": rec.values[-1] if rec.values else None,
                 "values": rec.values,
+                "runs": list(rec.runs),
+                "mean": rec.mean,
                 "params": rec.params,
                 "argv": spec.argv,
                 "flags": flags_only(spec.argv),

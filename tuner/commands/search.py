@@ -246,7 +246,12 @@ def summary(
     if best is None:
         print("no feasible configuration yet", file=sys.stderr)
         return
-    print(f"best: trial #{best.number}, {objective.name} = {best.values[-1]:.1f} tok/s")  # type: ignore[index]
+    launches = (
+        f" (mean of {len(best.runs)} launches: " + ", ".join(f"#{n}" for n in best.runs) + ")"
+        if len(best.runs) > 1
+        else ""
+    )
+    print(f"best: trial #{best.number}, {objective.name} = {best.mean:.1f} tok/s{launches}")
     for lv in best.attrs.get("levels", []):
         print(f"  C={lv['concurrency']:3d}: {lv['output_tok_s']:8.1f} tok/s")
     print("  flags: " + " ".join(best.attrs.get("flags", [])))

@@ -6,7 +6,7 @@ import argparse
 
 from tuner.commands._common import add_study_args
 from tuner.errors import UsageError
-from tuner.study import TrialRecord, load_study
+from tuner.study import REPEAT_OF, TrialRecord, load_study
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -30,6 +30,8 @@ def run(args: argparse.Namespace) -> int:
         reason = rec.attrs.get("reason", "")
         if rec.outcome == "reused":
             reason = f"reused trial #{rec.attrs.get('reused_from')}"
+        if REPEAT_OF in rec.attrs:
+            reason = (f"launched again: same configuration as #{rec.attrs[REPEAT_OF]} " + reason).strip()
         if "retry_history" in t.system_attrs or "failed_trial" in t.system_attrs:
             reason = (reason + f" (retry of #{t.system_attrs.get('failed_trial')})").strip()
         params = " ".join(f"{k}={v}" for k, v in rec.params.items())

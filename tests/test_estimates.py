@@ -1,0 +1,92 @@
+"""Judging configurations by all their launches: the winner's curse and the final re-measurements."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import optuna
+import pytest
+from optuna.distributions import CategoricalDistribution
+from optuna.trial import TrialState
+
+from tests.test_study import space  # noqa: F401  (fixture)
+from tuner import estimates
+from tuner.backends import SimBackend
+from tuner.objectives import Objective
+from tuner.study import REPEAT_OF, Search, best_record
+
+DIST = {"ep_size": CategoricalDistribution([1, 4, 8])}
+
+
+def _trial(number: int, ep_size: int, value: float, **attrs) -> optuna.trial.FrozenTrial:
+    t = optuna.trial.create_trial(
+        params={"ep_size": ep_size},
+        distributions=DIST,
+        value=value,
+        state=TrialState.COMPLETE,
+        user_attrs={"outcome": "complete", "config_key": f"ep{ep_size}", **attrs},
+    )
+    t.number = number
+    return t
+
+
+def test_a_confirmed_configuration_beats_one_lucky_run_within_the_noise():
+    trials = [_trial(0, 8, 1000.0), _trial(1, 8, 990.0), _trial(2, 4, 998.0)]
+    best = estimates.best(trials)
+    assert best is not None and best.key == "ep8" and best.runs == 2 and best.numbers == (0, 1)
+    assert best.mean == pytest.approx(995.0)
+
+
+def test_a_lead_far_beyond_the_noise_wins_on_one_run():
+    trials = [_trial(0, 8, 1000.0), _trial(1, 8, 990.0), _trial(2, 4, 1100.0)]
+    best = estimates.best(trials)
+    assert best is not None and best.key == "ep4" and best.runs == 1
+
+
+def test_reused_infeasible_and_pruned_trials_add_no_measurement():
+    reused = _trial(1, 4, 1010.0, reused_from=0)
+    infeasible = _trial(2, 1, 5000.0, violations={"min_single_stream": 3.0})
+    pruned = _trial(3, 8, 4000.0)
+    pruned.state = TrialState.PRUNED
+    ests = estimates.estimates([_trial(0, 4, 1010.0), reused, infeasible, pruned])
+    assert [(e.key, e.runs) for e in ests] == [("ep4", 1)]
+
+
+def test_noise_is_learnt_from_repeats_and_starts_at_the_prior():
+    assert estimates.noise([]) == pytest.approx(estimates.NOISE_PRIOR)
+    noisy = estimates.estimates([_trial(i, 8, v) for i, v in enumerate([900.0, 1100.0, 950.0, 1050.0])])
+    assert estimates.noise(noisy) > 2 * estimates.NOISE_PRIOR
+    steady = estimates.estimates([_trial(i, 8, v) for i, v in enumerate([1000.0, 1000.5, 999.5, 1000.0])])
+    assert estimates.noise(steady) < estimates.NOISE_PRIOR
+
+
+def test_the_end_of_the_budget_relaunches_the_leaders_and_best_rests_on_them(space, workdir: Path):  # noqa: F811
+    """Run-to-run noise on (the simulator's default): the last trials of the budget re-measure
+    the leading configurations, as new launches even though reuse is on."""
+    budget = 16
+    search = Search(
+        space,
+        SimBackend(space.hardware, space.model),
+        study_name="noisy",
+        storage="sqlite:///studies/noisy.db",
+        objective=Objective(),
+        seed=3,
+        budget=budget,
+    )
+    search.run()
+    trials = sorted(search.study.get_trials(), key=lambda t: t.number)
+    assert len(trials) == budget
+    repeats = [t for t in trials if REPEAT_OF in t.user_attrs]
+    assert repeats, "no leading configuration was launched again"
+    last = budget - min(5, budget // 8)
+    for t in repeats:
+        original = trials[t.user_attrs[REPEAT_OF]]
+        assert t.number >= last
+        assert t.user_attrs["config_key"] == original.user_attrs["config_key"]
+        assert "reused_from" not in t.user_attrs and t.user_attrs["server_s"] > 0
+        assert t.value != original.value  # a new launch, with its own noise
+    best = best_record(search.study)
+    assert best is not None and best.mean is not None
+    runs = [t for t in trials if t.number in best.runs]
+    assert {t.user_attrs["config_key"] for t in runs} == {best.attrs["config_key"]}
+    assert best.mean == pytest.approx(sum(t.value for t in runs) / len(runs))
