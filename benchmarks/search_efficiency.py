@@ -5,8 +5,8 @@
 For each strategy (see benchmarks/studies.py) and seed, one study with a budget of
 ``--budget`` trials (the fixed lists: their length). Scored per strategy:
 
-* within 2% / 5%: share of seeds whose recommended configuration (the best measured, as
-  ``tuner best`` picks it) is, noise-free, within 2% / 5% of the best of the space
+* within 2% / 5%: share of seeds whose recommended configuration (as ``tuner best``
+  picks it: tuner/estimates.py) is, noise-free, within 2% / 5% of the best of the space
   (benchmarks/results/space_best.json; run benchmarks/space_best.py first);
 * median trials to 2%: the first trial count at which the configuration recommended at
   that point is within 2% of the best (noise-free), median over seeds; a seed that never
