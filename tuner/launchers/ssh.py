@@ -434,6 +434,7 @@ stop_server() {{
 probe() {{
   if [ -s {q(self._status_file)} ]; then echo "exited $(cat {q(self._status_file)})"
   elif [ -s {q(self._pid_file)} ] && group_alive "$(cat {q(self._pid_file)})"; then echo alive
+  elif [ -s {q(self._status_file)} ]; then echo "exited $(cat {q(self._status_file)})"  # exited just now
   else echo gone
   fi
   tail -c +$1 {q(self._remote_log)} 2>/dev/null
