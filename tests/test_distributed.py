@@ -17,13 +17,13 @@ from optuna.trial import TrialState
 
 from tests.helpers import emulator_pids, free_port
 from tests.postgres import pg_bin, postgres_server
-from tuner.backends import SimBackend
+from tests.test_study import make_search
 from tuner.errors import UsageError
-from tuner.objectives import Objective
 from tuner.settings import Settings
 from tuner.settings import load as load_settings
+from tuner.sim.serving import DEFAULT_NOISE
 from tuner.space import load_space, resolve_space
-from tuner.study import FINISHED, Search
+from tuner.study import FINISHED
 
 FAST_HEARTBEAT = {"TUNER_HEARTBEAT_S": "0.5", "TUNER_GRACE_S": "3"}
 
@@ -204,15 +204,7 @@ def test_ctrl_c_stops_the_server_records_the_trial_and_rerun_resumes(workdir: Pa
 
 def test_two_workers_on_the_simulator_run_trials_at_once(workdir: Path):
     space = load_space(resolve_space("kimi-k2.6-8x-rtx-pro-6000"))
-    search = Search(
-        space,
-        SimBackend(space.hardware, space.model),
-        study_name="par",
-        storage="sqlite:///studies/par.db",
-        objective=Objective(),
-        seed=0,
-        budget=8,
-    )
+    search = make_search(space, 8, noise=DEFAULT_NOISE)
     search.run(workers=2)
     trials = [t for t in search.study.get_trials() if t.state in FINISHED]
     assert len(trials) == 8

@@ -9,11 +9,10 @@ import pytest
 from optuna.distributions import CategoricalDistribution
 from optuna.trial import TrialState
 
-from tests.test_study import space  # noqa: F401  (fixture)
+from tests.test_study import make_search, space  # noqa: F401  (fixture)
 from tuner import estimates
-from tuner.backends import SimBackend
-from tuner.objectives import Objective
-from tuner.study import REPEAT_OF, Search, best_record
+from tuner.sim.serving import DEFAULT_NOISE
+from tuner.study import REPEAT_OF, best_record
 
 DIST = {"ep_size": CategoricalDistribution([1, 4, 8])}
 
@@ -64,15 +63,7 @@ def test_the_end_of_the_budget_relaunches_the_leaders_and_best_rests_on_them(spa
     """Run-to-run noise on (the simulator's default): the last trials of the budget re-measure
     the leading configurations, as new launches even though reuse is on."""
     budget = 16
-    search = Search(
-        space,
-        SimBackend(space.hardware, space.model),
-        study_name="noisy",
-        storage="sqlite:///studies/noisy.db",
-        objective=Objective(),
-        seed=3,
-        budget=budget,
-    )
+    search = make_search(space, budget, noise=DEFAULT_NOISE, seed=3)
     search.run()
     trials = sorted(search.study.get_trials(), key=lambda t: t.number)
     assert len(trials) == budget

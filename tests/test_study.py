@@ -43,14 +43,15 @@ def space(workdir: Path):
     return load_space(path)
 
 
-def make_search(space, budget, **kw) -> Search:
+def make_search(space, budget, *, noise: float = 0.0, seed: int = 0, **kw) -> Search:
+    """A study of ``space`` on the simulator (noise-free unless ``noise`` says otherwise)."""
     return Search(
         space,
-        SimBackend(space.hardware, space.model, noise=0.0),
+        SimBackend(space.hardware, space.model, noise=noise),
         study_name="small",
         storage="sqlite:///studies/small.db",
         objective=Objective(),
-        seed=0,
+        seed=seed,
         budget=budget,
         **kw,
     )
