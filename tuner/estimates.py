@@ -52,11 +52,14 @@ class Estimate:
 
     def score(self, noise: float) -> float:
         """The mean less :data:`CONFIDENCE_Z` standard errors (relative ``noise`` per run)."""
-        return self.mean * (1.0 - CONFIDENCE_Z * noise / math.sqrt(self.runs))
+        return self.mean - self._spread(noise)
 
     def upper(self, noise: float) -> float:
         """The mean plus :data:`CONFIDENCE_Z` standard errors."""
-        return self.mean * (1.0 + CONFIDENCE_Z * noise / math.sqrt(self.runs))
+        return self.mean + self._spread(noise)
+
+    def _spread(self, noise: float) -> float:
+        return CONFIDENCE_Z * self.mean * noise / math.sqrt(self.runs)
 
 
 def measured(t: FrozenTrial) -> bool:
@@ -68,7 +71,7 @@ def measured(t: FrozenTrial) -> bool:
         and t.user_attrs.get("outcome", "complete") == "complete"
         and "reused_from" not in t.user_attrs
         and not t.user_attrs.get("violations")
-        and not any(v > 0 for k, v in t.system_attrs.items() if k.startswith("constraints:"))
+        and not any(v > 0 for v in t.constraints.values())
     )
 
 

@@ -47,14 +47,10 @@ class RelativeToBestPruner(BasePruner):
         done = [
             t
             for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-            if step in t.intermediate_values and not _infeasible(t)
+            if step in t.intermediate_values and not any(v > 0 for v in t.constraints.values())
         ]
         if len(done) < self.min_completed:
             return False
         best = max(t.intermediate_values[step] for t in done)
         ratio = self.first_ratio if step == 0 else self.later_ratio
         return value < ratio * best
-
-
-def _infeasible(t: FrozenTrial) -> bool:
-    return any(v > 0 for k, v in t.system_attrs.items() if k.startswith("constraints"))

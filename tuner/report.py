@@ -37,6 +37,8 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial
 
+from tuner import estimates
+from tuner.estimates import Estimate
 from tuner.study import TrialRecord, best_record
 
 #: Configurations in the top table, and curves in the concurrency figure.
@@ -167,10 +169,13 @@ class ReportData:
     trials: list[TrialView]
     best: TrialView | None
     generated: str
+    #: Every launch of each feasible configuration, by config_key (see tuner.estimates).
+    estimates: dict[str, Estimate] = field(default_factory=dict)
 
     @classmethod
     def of(cls, study: optuna.Study) -> ReportData:
-        trials = [TrialView.of(t) for t in study.get_trials(deepcopy=False)]
+        frozen = study.get_trials(deepcopy=False)
+        trials = [TrialView.of(t) for t in frozen]
         best_rec = best_record(study)
         best = next((t for t in trials if best_rec and t.number == best_rec.number), None)
         attrs = study.user_attrs
@@ -186,13 +191,23 @@ class ReportData:
             trials=trials,
             best=best,
             generated=datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+            estimates={e.key: e for e in estimates.estimates(frozen)},
         )
 
+    def launches(self, t: TrialView) -> Estimate | None:
+        """All launches of ``t``'s configuration (None if it never met its constraints)."""
+        return self.estimates.get(str(t.attrs.get("config_key")))
+
+    def config_value(self, t: TrialView) -> float:
+        """The mean over the configuration's launches; the trial's own value without one."""
+        e = self.launches(t)
+        return e.mean if e is not None else (t.value or 0.0)
+
     def configs(self, *, feasible_only: bool = True) -> list[TrialView]:
-        """Distinct measured configurations (reused trials are copies), best value first."""
+        """Distinct measured configurations (reused trials are copies), best mean value first."""
         seen: set[str] = set()
         out: list[TrialView] = []
-        for t in sorted(self.trials, key=lambda t: (-(t.value or 0.0), t.number)):
+        for t in sorted(self.trials, key=lambda t: (-self.config_value(t), t.number)):
             if not t.measured or (feasible_only and not t.feasible):
                 continue
             key = str(t.attrs.get("config_key", t.number))
@@ -329,7 +344,9 @@ def summary_rows(data: ReportData) -> list[tuple[str, str]]:
     if b is not None:
         peak = f"{b.peak:.1f} tok/s at C={b.peak_c}" if b.peak is not None else "-"
         single = f"{b.single:.1f} tok/s" if b.single is not None else "-"
-        rows.append(("winner", f"trial #{b.number} ({b.layout}): peak {peak}, single-stream {single}"))
+        e = data.launches(b)
+        runs = f"; mean of {e.runs} launches {e.mean:.1f} tok/s" if e is not None and e.runs > 1 else ""
+        rows.append(("winner", f"trial #{b.number} ({b.layout}): peak {peak}, single-stream {single}{runs}"))
     else:
         rows.append(("winner", "no feasible completed trial"))
     rows.append(("generated", data.generated))
@@ -355,7 +372,7 @@ def top_rows(data: ReportData, n: int = TOP_N) -> list[tuple[str, ...]]:
             (
                 str(rank),
                 f"#{t.number}",
-                _num(t.value),
+                _num(data.config_value(t)),
                 _num(t.single),
                 _num(t.peak),
                 str(t.peak_c or "-"),

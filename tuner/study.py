@@ -281,10 +281,11 @@ class Search:
         while not self._stop.is_set():
             optuna.storages.fail_stale_trials(self.study)
             with self.gate.hold():
-                if self.counted() >= self.budget:
+                counted = self.counted()
+                if counted >= self.budget:
                     return
                 if self.confirm:
-                    self._queue_repeat()
+                    self._queue_repeat(counted)
                 trial = self.study.ask()
             self._run_trial(trial)
 
@@ -309,7 +310,7 @@ class Search:
         if self.on_trial and frozen is not None:
             self.on_trial(self.study, frozen)
 
-    def _queue_repeat(self) -> None:
+    def _queue_repeat(self, counted: int) -> None:
         """In the last :data:`CONFIRM_LAST` trials of the budget, launch the leading
         configurations again instead of new ones (best-arm identification, LUCB-style).
 
@@ -319,7 +320,7 @@ class Search:
         again, until no challenger can beat the leader by more than :data:`INDIFFERENCE`
         (then the rest of the budget explores) or the budget ends.
         """
-        if self.counted() < self.budget - min(CONFIRM_LAST, self.budget // 8):
+        if counted < self.budget - min(CONFIRM_LAST, self.budget // 8):
             return
         trials = self.study.get_trials(deepcopy=False)
         if any(t.state == TrialState.WAITING for t in trials):
@@ -447,9 +448,8 @@ class Search:
         for k in ("levels", "server_info", "reason", "failure_class", "violations"):
             if k in original.user_attrs:
                 trial.set_user_attr(k, original.user_attrs[k])
-        for k, v in original.system_attrs.items():
-            if k.startswith("constraints:"):
-                trial.set_constraint(k.split(":", 1)[1], v)
+        for name, v in original.constraints.items():
+            trial.set_constraint(name, v)
         if original.state == TrialState.PRUNED:
             trial.set_user_attr("outcome", "pruned")
             for step, v in original.intermediate_values.items():

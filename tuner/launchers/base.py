@@ -22,7 +22,7 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, ClassVar, Protocol
 
 import httpx
 from loguru import logger
@@ -142,6 +142,10 @@ def read_tail(path: Path, lines: int, max_bytes: int = 256 * 1024) -> str:
     return tail_lines(data.decode("utf-8", errors="replace"), lines)
 
 
+class Closable(Protocol):
+    def close(self) -> None: ...
+
+
 class Launcher(ABC):
     """Starts, watches and stops one serving-engine process at a time.
 
@@ -186,6 +190,10 @@ class Launcher(ABC):
         self.log_path: Path | None = None
         self.trial_label: str = ""
         self._launched_at: float | None = None
+        #: A local port forward to a remote server (the ssh-based launchers), closed on stop.
+        self.tunnel: Closable | None = None
+        #: True from launch until stop: the server is this launcher's to stop.
+        self._owned = False
 
     # -- the interface -------------------------------------------------------------
 
@@ -317,6 +325,16 @@ class Launcher(ABC):
 
     def _stopped(self) -> None:
         _RUNNING.discard(self)
+
+    def _release(self) -> bool:
+        """The start of every ``stop()``: forget the server for the exit handler, close the
+        tunnel to it, and take over ownership. True for the one call that must stop it."""
+        self._stopped()
+        if self.tunnel is not None:
+            self.tunnel.close()
+            self.tunnel = None
+        owned, self._owned = self._owned, False
+        return owned
 
     def _classify(self, returncode: int | None, log_text: str) -> LaunchFailure:
         engine = self._engine()

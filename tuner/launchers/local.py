@@ -154,7 +154,6 @@ class LocalLauncher(Launcher):
         self.cwd = cwd
         self.inherit_env = inherit_env
         self.proc: subprocess.Popen | None = None
-        self._owned = False  # True from launch until stop(): the group is ours to stop
         self._host = "127.0.0.1"
         self._port = 0
 
@@ -210,10 +209,9 @@ class LocalLauncher(Launcher):
         return self._classify(returncode, read_tail(self.log_path, 10**6) if self.log_path else "")
 
     def stop(self) -> None:
-        self._stopped()
-        if not self._owned or self.proc is None:
+        # The Popen object stays: its exit status serves classify_exit().
+        if not self._release() or self.proc is None:
             return
-        self._owned = False  # the Popen object stays: its exit status serves classify_exit()
         try:
             stop_process_group(self.proc, self.stop_grace_s)
         except Exception as exc:  # stop() never raises

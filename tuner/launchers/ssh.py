@@ -383,7 +383,6 @@ class SshLauncher(Launcher):
         self.remote_dir = remote_dir.rstrip("/") or "."
         self.unreachable_after = unreachable_after
         self.tunnel: SshTunnel | None = None
-        self._owned = False
         self._returncode: int | None = None
         self._exited = False
         self._log_offset = 0
@@ -550,13 +549,8 @@ echo "pid $(cat {q(self._pid_file)} 2>/dev/null)"
         return self._classify(self._returncode, read_tail(self.log_path, 10**6) if self.log_path else "")
 
     def stop(self) -> None:
-        self._stopped()
-        if self.tunnel is not None:
-            self.tunnel.close()
-            self.tunnel = None
-        if not self._owned:
+        if not self._release():
             return
-        self._owned = False
         try:
             done = self.transport.run(self._stop_script(),
                                       timeout_s=self.stop_grace_s + self.transport.connect_timeout_s + 30)

@@ -88,7 +88,6 @@ class SystemdLauncher(Launcher):
         self.tunnel: SshTunnel | None = None
         self.unit = ""
         self.unit_path = ""
-        self._owned = False
         self._since = 0
         self._host = "127.0.0.1"
         self._port = 0
@@ -238,13 +237,8 @@ class SystemdLauncher(Launcher):
         return self._classify(self._returncode(), read_tail(self.log_path, 10**6) if self.log_path else "")
 
     def stop(self) -> None:
-        self._stopped()
-        if self.tunnel is not None:
-            self.tunnel.close()
-            self.tunnel = None
-        if not self._owned:
+        if not self._release():
             return
-        self._owned = False
         try:
             done = self._run([self.systemctl, "stop", self.unit])
             if done.returncode != 0:
