@@ -68,15 +68,16 @@ def markdown(
         f"reference space (Kimi K2.6 on 8x RTX PRO 6000 PCIe) with the simulator's noise on "
         f"({DEFAULT_NOISE:.0%} per launch and per step), {seeds} seeds per strategy, budget "
         f"{eff['budget']} trials. A study's recommendation (the configuration `tuner best` "
-        f"picks: best mean of its launches less one standard error) is scored by its noise-free "
+        f"picks: best estimate, its launches pooled with the study's by the additive model, less "
+        f"one standard error) is scored by its noise-free "
         f"value against the best of the space, "
         f"{eff['best']:.0f} tok/s (`benchmarks/space_best.py`). Server time = simulated start-ups "
         f"({SIM_STARTUP_S:.0f} s each) + measured levels. JSON: `benchmarks/results/`."
     )
     strategies = [
         "- tuner default: `Search` as `tuner search` builds it (the space's start points, the "
-        "incumbent-local sampler, rule check, pruning, reuse, the leaders launched again in the "
-        "last trials).",
+        "incumbent-local sampler, rule check, pruning, reuse, the additive model's pick and the "
+        "leaders launched again in the last trials).",
         "- random search: Optuna's RandomSampler in the same trial logic, no start points; run to "
         f"{eff['random_budget']} trials to measure (or bound) its median trials, its budget-"
         f"{eff['budget']} figures are those studies' first {eff['budget']} trials.",

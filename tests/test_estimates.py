@@ -12,8 +12,10 @@ from optuna.trial import TrialState
 from tests.test_study import make_search, space  # noqa: F401  (fixture)
 from tuner import estimates
 from tuner.sim.serving import DEFAULT_NOISE
-from tuner.study import REPEAT_OF, best_record
+from tuner.space import load_space, resolve_space
+from tuner.study import MODEL_PICK, REPEAT_OF, best_record
 
+REFERENCE = "kimi-k2.6-8x-rtx-pro-6000"
 DIST = {"ep_size": CategoricalDistribution([1, 4, 8])}
 
 
@@ -77,7 +79,26 @@ def test_the_end_of_the_budget_relaunches_the_leaders_and_best_rests_on_them(spa
         assert "reused_from" not in t.user_attrs and t.user_attrs["server_s"] > 0
         assert t.value != original.value  # a new launch, with its own noise
     best = best_record(search.study)
-    assert best is not None and best.mean is not None
+    assert best is not None and best.mean is not None and best.estimate is not None
     runs = [t for t in trials if t.number in best.runs]
     assert {t.user_attrs["config_key"] for t in runs} == {best.attrs["config_key"]}
     assert best.mean == pytest.approx(sum(t.value for t in runs) / len(runs))
+
+
+def test_the_end_of_the_budget_launches_the_models_pick(workdir: Path):
+    """The additive model's pick, on the reference space: in the last trials, the leader of
+    the moment with the changes the whole study favours, a configuration not measured
+    before."""
+    budget = 24
+    search = make_search(load_space(resolve_space(REFERENCE)), budget, noise=DEFAULT_NOISE, seed=1)
+    search.run()
+    trials = sorted(search.study.get_trials(), key=lambda t: t.number)
+    picks = [t for t in trials if MODEL_PICK in t.user_attrs]
+    assert picks, "the model picked nothing"
+    last = budget - min(5, budget // 8)
+    for t in picks:
+        leader = trials[t.user_attrs[MODEL_PICK]]
+        assert t.number >= last and "reused_from" not in t.user_attrs
+        assert t.params != leader.params
+        earlier = {u.user_attrs.get("config_key") for u in trials[: t.number]}
+        assert t.user_attrs["config_key"] not in earlier

@@ -4,10 +4,13 @@ One launch measures a configuration with run-to-run noise of a few percent (load
 NCCL channel placement, clocks), while the knobs that separate the best configurations
 often matter by 1-2%. The highest single measurement of a study is therefore biased
 upwards (the winner's curse) and is often a lucky run of a slightly worse configuration.
-So a configuration is judged by the mean of its measurements, discounted by their
-standard error: a configuration measured twice with a consistent result beats one lucky
-run. The run-to-run noise is estimated from the study's own repeated measurements, with
-:data:`NOISE_PRIOR` standing in until there are some.
+So a configuration is judged by its estimated value, discounted by its standard error: a
+configuration measured twice with a consistent result beats one lucky run. The estimate
+pools the configuration's own launches with what its parameter values measured in the
+rest of the study (the additive model of :mod:`tuner.effects`), so a lucky run of a
+configuration whose settings did poorly elsewhere is discounted further. The run-to-run
+noise is estimated from the study's own repeated measurements, with :data:`NOISE_PRIOR`
+standing in until there are some.
 
 Only trials that launched a server and met every constraint count; a reused trial (a copy
 of another's result) adds no measurement.
@@ -17,10 +20,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from optuna.trial import FrozenTrial, TrialState
 
+from tuner import effects
+
+#: User attribute of a pruned trial: the objective over the levels it measured before it was
+#: cut (a lower bound of its value; see :meth:`tuner.objectives.Objective.partial`).
+PARTIAL_VALUE = "partial_value"
 #: Relative run-to-run standard deviation of one measured sweep, assumed until the study has
 #: repeated measurements of its own: the spread of repeated launches of one configuration on
 #: the reference host is about 2% at peak (calibration target of the simulator's noise).
@@ -41,6 +49,9 @@ class Estimate:
     trial: FrozenTrial
     values: tuple[float, ...]
     numbers: tuple[int, ...]
+    #: Mean and standard deviation of log(objective) pooled with the other configurations'
+    #: launches (see :mod:`tuner.effects`); None ranks by the own launches alone.
+    pooled: tuple[float, float] | None = None
 
     @property
     def runs(self) -> int:
@@ -48,18 +59,28 @@ class Estimate:
 
     @property
     def mean(self) -> float:
+        """The mean of the configuration's own launches."""
         return sum(self.values) / len(self.values)
 
+    @property
+    def value(self) -> float:
+        """The configuration's estimated objective: its launches pooled with the study's
+        (the additive model's posterior mean), or their mean where there is no model."""
+        return math.exp(self.pooled[0]) if self.pooled is not None else self.mean
+
     def score(self, noise: float) -> float:
-        """The mean less :data:`CONFIDENCE_Z` standard errors (relative ``noise`` per run)."""
-        return self.mean - self._spread(noise)
+        """The value less :data:`CONFIDENCE_Z` standard errors (relative ``noise`` per run)."""
+        return self._bound(noise, -CONFIDENCE_Z)
 
     def upper(self, noise: float) -> float:
-        """The mean plus :data:`CONFIDENCE_Z` standard errors."""
-        return self.mean + self._spread(noise)
+        """The value plus :data:`CONFIDENCE_Z` standard errors."""
+        return self._bound(noise, CONFIDENCE_Z)
 
-    def _spread(self, noise: float) -> float:
-        return CONFIDENCE_Z * self.mean * noise / math.sqrt(self.runs)
+    def _bound(self, noise: float, z: float) -> float:
+        if self.pooled is not None:
+            mean, sd = self.pooled
+            return math.exp(mean + z * sd)
+        return self.mean * (1.0 + z * noise / math.sqrt(self.runs))
 
 
 def measured(t: FrozenTrial) -> bool:
@@ -75,18 +96,51 @@ def measured(t: FrozenTrial) -> bool:
     )
 
 
+def observed(t: FrozenTrial) -> float | None:
+    """What a trial measured of the objective: the value of a :func:`measured` trial, the
+    partial value of a pruned one (a lower bound, and such a trial is far below the best
+    anyway), None for the rest."""
+    if measured(t):
+        return t.values[-1]
+    if t.state == TrialState.PRUNED:
+        partial = t.user_attrs.get(PARTIAL_VALUE)
+        return float(partial) if partial is not None else None
+    return None
+
+
 def estimates(trials: Iterable[FrozenTrial]) -> list[Estimate]:
     """One estimate per configuration measured in ``trials`` (by ``config_key``; the trial's
     parameters where a trial has none), first measured first."""
+    trials = sorted(trials, key=lambda t: t.number)
     groups: dict[str, list[FrozenTrial]] = {}
-    for t in sorted(trials, key=lambda t: t.number):
+    for t in trials:
         if measured(t):
-            key = t.user_attrs.get("config_key") or repr(sorted(t.params.items()))
-            groups.setdefault(key, []).append(t)
-    return [
+            groups.setdefault(_key(t), []).append(t)
+    ests = [
         Estimate(k, ts[0], tuple(t.values[-1] for t in ts), tuple(t.number for t in ts))
         for k, ts in groups.items()
     ]
+    if not ests:
+        return ests
+    fitted = model(trials, noise(ests))
+    # A configuration that measured nothing (all requests failed) keeps its own mean of 0.
+    return [
+        replace(e, pooled=fitted.predict(e.trial.params, e.key)) if min(e.values) > 0 else e for e in ests
+    ]
+
+
+def model(trials: Iterable[FrozenTrial], sigma: float) -> effects.Effects:
+    """The additive model of :mod:`tuner.effects` fitted to what ``trials`` measured."""
+    observations = []
+    for t in trials:
+        value = observed(t)
+        if value is not None and value > 0:
+            observations.append(effects.Observation(t.params, _key(t), value))
+    return effects.fit(observations, sigma)
+
+
+def _key(t: FrozenTrial) -> str:
+    return t.user_attrs.get("config_key") or repr(sorted(t.params.items()))
 
 
 def noise(ests: Iterable[Estimate]) -> float:

@@ -64,6 +64,18 @@ class Objective(BaseModel):
             return max(vals) if vals else 0.0
         return peak
 
+    def partial(self, levels: Sequence[LevelMetrics], goodputs: Sequence[float | None] = ()) -> float | None:
+        """The objective over the levels a pruned sweep measured: a lower bound of the full
+        sweep's value, or None when those levels do not measure it yet (the peak after C=1
+        alone, or a two-objective study)."""
+        if self.multi:
+            return None
+        if self.name == "single":
+            return single_stream(levels) if any(m.concurrency == 1 for m in levels) else None
+        if not any(m.concurrency > 1 for m in levels):
+            return None
+        return float(self.value(levels, goodputs))  # type: ignore[arg-type]
+
     def violations(self, levels: Sequence[LevelMetrics]) -> dict[str, float]:
         """Constraint values (> 0 = violated) for ``trial.set_constraint``."""
         out: dict[str, float] = {}

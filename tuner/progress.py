@@ -37,7 +37,7 @@ from loguru import logger
 from optuna.trial import FrozenTrial
 
 from tuner import logging as tuner_logging
-from tuner.study import REPEAT_OF, TrialRecord, best_record
+from tuner.study import MODEL_PICK, REPEAT_OF, TrialRecord, best_record
 
 #: Carriage return plus "erase the whole line": redraws the status line in place.
 CLEAR_LINE = "\r\x1b[2K"
@@ -88,6 +88,8 @@ def trial_line(rec: TrialRecord, best: TrialRecord | None, space: Any = None) ->
         state = f"reused #{rec.attrs.get('reused_from')}"
     if REPEAT_OF in rec.attrs and rec.outcome == "complete":
         state = f"repeat of #{rec.attrs[REPEAT_OF]}"
+    if MODEL_PICK in rec.attrs and rec.outcome == "complete":
+        state = f"model's pick from #{rec.attrs[MODEL_PICK]}"
     best_s = f"best {best.mean:.0f} (#{best.number})" if best and best.mean is not None else "best -"
     return f"#{rec.number:<3d} {diff[:90]:<90s} | {levels:<34s} | {state[:80]} | {best_s}"
 

@@ -199,12 +199,13 @@ class ReportData:
         return self.estimates.get(str(t.attrs.get("config_key")))
 
     def config_value(self, t: TrialView) -> float:
-        """The mean over the configuration's launches; the trial's own value without one."""
+        """The configuration's estimated value (its launches pooled with the study's, see
+        :mod:`tuner.estimates`); the trial's own value without one."""
         e = self.launches(t)
-        return e.mean if e is not None else (t.value or 0.0)
+        return e.value if e is not None else (t.value or 0.0)
 
     def configs(self, *, feasible_only: bool = True) -> list[TrialView]:
-        """Distinct measured configurations (reused trials are copies), best mean value first."""
+        """Distinct measured configurations (reused trials are copies), best estimate first."""
         seen: set[str] = set()
         out: list[TrialView] = []
         for t in sorted(self.trials, key=lambda t: (-self.config_value(t), t.number)):
@@ -346,6 +347,8 @@ def summary_rows(data: ReportData) -> list[tuple[str, str]]:
         single = f"{b.single:.1f} tok/s" if b.single is not None else "-"
         e = data.launches(b)
         runs = f"; mean of {e.runs} launches {e.mean:.1f} tok/s" if e is not None and e.runs > 1 else ""
+        if e is not None:
+            runs += f"; estimate {e.value:.1f} tok/s"
         rows.append(("winner", f"trial #{b.number} ({b.layout}): peak {peak}, single-stream {single}{runs}"))
     else:
         rows.append(("winner", "no feasible completed trial"))
@@ -356,7 +359,7 @@ def summary_rows(data: ReportData) -> list[tuple[str, str]]:
 TOP_HEADER = (
     "rank",
     "trial",
-    "value tok/s",
+    "estimate tok/s",
     "C=1 tok/s",
     "peak tok/s",
     "at C",

@@ -18,7 +18,7 @@ import os
 import threading
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -45,8 +45,10 @@ warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to b
 
 #: User attribute of a repeated measurement: the number of the trial it repeats.
 REPEAT_OF = "repeat_of"
-#: Trials at the end of a budget that may re-measure the leading configurations (at most an
-#: eighth of the budget).
+#: User attribute of the additive model's pick: the number of the leader it improves on.
+MODEL_PICK = "model_pick"
+#: Trials at the end of a budget that launch the additive model's pick and re-measure the
+#: leading configurations (at most an eighth of the budget).
 CONFIRM_LAST = 5
 #: Configurations this close (relative) are as good as each other: settling their order is
 #: not worth a launch.
@@ -72,9 +74,11 @@ class TrialRecord:
     params: dict[str, Any]
     attrs: dict[str, Any]
     #: Trials that launched this configuration and met its constraints (the best record only:
-    #: see :func:`best_record`); ``mean`` is their mean objective value.
+    #: see :func:`best_record`); ``mean`` is their mean objective value, ``estimate`` the
+    #: configuration's value pooled with the rest of the study (:mod:`tuner.estimates`).
     runs: tuple[int, ...] = ()
     mean: float | None = None
+    estimate: float | None = None
 
     @classmethod
     def of(cls, t: FrozenTrial) -> TrialRecord:
@@ -153,10 +157,10 @@ def redact_url(url: str) -> str:
 def best_record(study: optuna.Study) -> TrialRecord | None:
     """The first trial of the best feasible configuration (pareto: by peak), judged by all its
     launches (:func:`tuner.estimates.best`); ``runs`` and ``mean`` say what it rests on."""
-    best = estimates.best(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)))
+    best = estimates.best(study.get_trials(deepcopy=False))
     if best is None:
         return None
-    return replace(TrialRecord.of(best.trial), runs=best.numbers, mean=best.mean)
+    return replace(TrialRecord.of(best.trial), runs=best.numbers, mean=best.mean, estimate=best.value)
 
 
 class Search:
@@ -285,7 +289,7 @@ class Search:
                 if counted >= self.budget:
                     return
                 if self.confirm:
-                    self._queue_repeat(counted)
+                    self._queue_final(counted)
                 trial = self.study.ask()
             self._run_trial(trial)
 
@@ -310,15 +314,19 @@ class Search:
         if self.on_trial and frozen is not None:
             self.on_trial(self.study, frozen)
 
-    def _queue_repeat(self, counted: int) -> None:
-        """In the last :data:`CONFIRM_LAST` trials of the budget, launch the leading
-        configurations again instead of new ones (best-arm identification, LUCB-style).
+    def _queue_final(self, counted: int) -> None:
+        """In the last :data:`CONFIRM_LAST` trials of the budget, settle the small effects
+        that one launch cannot see.
 
-        One run cannot tell a better configuration from a lucky run of an equal one (see
-        :mod:`tuner.estimates`). The leader (best score) and its closest challenger (best
-        mean plus one standard error) are compared; the one measured fewer times is launched
-        again, until no challenger can beat the leader by more than :data:`INDIFFERENCE`
-        (then the rest of the budget explores) or the budget ends.
+        First the additive model's pick (:meth:`_model_pick`): the leader with the changes
+        the whole study says gain something, launched once. When there is none left to
+        launch, the leading configurations are launched again instead of new ones
+        (best-arm identification, LUCB-style): one run cannot tell a better configuration
+        from a lucky run of an equal one (see :mod:`tuner.estimates`). The leader (best
+        score) and its closest challenger (best value plus one standard error) are compared;
+        the one measured fewer times is launched again, until no challenger can beat the
+        leader by more than :data:`INDIFFERENCE` (then the rest of the budget explores) or
+        the budget ends.
         """
         if counted < self.budget - min(CONFIRM_LAST, self.budget // 8):
             return
@@ -330,11 +338,47 @@ class Search:
             return
         sigma = estimates.noise(ests)
         leader = estimates.leader(ests, sigma)
+        pick = self._model_pick(trials, leader, sigma)
+        if pick is not None:
+            self.study.enqueue_trial(pick, user_attrs={MODEL_PICK: leader.trial.number})
+            return
         challenger = max((e for e in ests if e is not leader), key=lambda e: e.upper(sigma))
         if challenger.upper(sigma) <= leader.score(sigma) * (1 + INDIFFERENCE):
             return
         pick = challenger if challenger.runs <= leader.runs else leader
         self.study.enqueue_trial(dict(pick.trial.params), user_attrs={REPEAT_OF: pick.trial.number})
+
+    def _model_pick(
+        self, trials: Sequence[FrozenTrial], leader: estimates.Estimate, sigma: float
+    ) -> dict[str, Any] | None:
+        """The leader with every parameter set to the measured value that the additive model
+        (:mod:`tuner.effects`) expects to gain the most over the leader's own, where one is
+        expected to gain at all; None when that changes nothing, breaks a launch rule or
+        was measured already.
+
+        The walk tried most single changes of the leader's values, each once and mostly from
+        earlier incumbents, and a change worth 1-2% is below one launch's noise. Pooled
+        over the whole study the model can tell such a change's sign, and two or three small
+        gains together are worth a launch. A parameter the model cannot tell (a flat knob:
+        expected gain near 0 either way) may change too; it costs nothing.
+        """
+        fitted = estimates.model(trials, sigma)
+        plan = dict(leader.trial.params)
+        for name, current in leader.trial.params.items():
+            gains = [
+                (fitted.gain(name, current, other)[0], other)
+                for other in fitted.values(name)
+                if repr(other) != repr(current)
+            ]
+            gain, other = max(gains, key=lambda g: g[0], default=(0.0, current))
+            if gain > 0:
+                plan[name] = other
+        if plan == leader.trial.params:
+            return None
+        key = self._identity(plan)
+        if key is None or key in {t.user_attrs.get("config_key") for t in trials}:
+            return None
+        return plan
 
     def _record_interrupted(self, trial: optuna.Trial) -> None:
         """An interrupted trial is failed with reason ``interrupted``; its configuration is
@@ -391,6 +435,9 @@ class Search:
         if m.status == "stopped":
             trial.set_user_attr("outcome", "pruned")
             trial.set_user_attr("reason", f"pruned at level {len(m.levels)} (C={levels_done[-1]})")
+            partial = self.objective.partial(m.levels, m.goodputs)
+            if partial is not None:
+                trial.set_user_attr(estimates.PARTIAL_VALUE, partial)
             raise optuna.TrialPruned()
         value = self.objective.value(m.levels, m.goodputs)
         violations = self.objective.violations(m.levels)

@@ -47,6 +47,11 @@ def header_lines(study_name: str, rec: TrialRecord) -> list[str]:
     if len(rec.runs) > 1 and rec.mean is not None:
         trials = ", ".join(f"#{n}" for n in rec.runs)
         lines.append(f"launched {len(rec.runs)} times (trials {trials}): objective mean {rec.mean:.1f} tok/s")
+    if rec.estimate is not None:
+        lines.append(
+            f"estimated objective {rec.estimate:.1f} tok/s (its launches pooled with what its "
+            "settings measured in the rest of the study)"
+        )
     return lines
 
 
@@ -70,6 +75,7 @@ def run(args: argparse.Namespace) -> int:
                 "values": rec.values,
                 "runs": list(rec.runs),
                 "mean": rec.mean,
+                "estimate": rec.estimate,
                 "params": rec.params,
                 "argv": spec.argv,
                 "flags": flags_only(spec.argv),

@@ -6,7 +6,7 @@ import argparse
 
 from tuner.commands._common import add_study_args
 from tuner.errors import UsageError
-from tuner.study import REPEAT_OF, TrialRecord, load_study
+from tuner.study import MODEL_PICK, REPEAT_OF, TrialRecord, load_study
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -32,6 +32,9 @@ def run(args: argparse.Namespace) -> int:
             reason = f"reused trial #{rec.attrs.get('reused_from')}"
         if REPEAT_OF in rec.attrs:
             reason = (f"launched again: same configuration as #{rec.attrs[REPEAT_OF]} " + reason).strip()
+        if MODEL_PICK in rec.attrs:
+            pick = f"the additive model's pick: #{rec.attrs[MODEL_PICK]} with the changes the study favours"
+            reason = f"{pick} {reason}".strip()
         if "retry_history" in t.system_attrs or "failed_trial" in t.system_attrs:
             reason = (reason + f" (retry of #{t.system_attrs.get('failed_trial')})").strip()
         params = " ".join(f"{k}={v}" for k, v in rec.params.items())
