@@ -174,12 +174,23 @@ def test_killed_worker_trial_fails_after_grace_and_is_retried(workdir: Path):
     assert f"retry of #{killed.number}" in listing.stdout
 
 
+def _sigint_default() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_ctrl_c_stops_the_server_records_the_trial_and_rerun_resumes(workdir: Path):
     port = free_port()
     space = emulated_space(workdir, port)
     env = tuner_env(workdir)
     proc = subprocess.Popen(
-        search_cmd(space, 3), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
+        search_cmd(space, 3),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+        # Ctrl-C as at a terminal, even where the test run itself was started in the background
+        # by a script and so inherited SIGINT ignored.
+        preexec_fn=_sigint_default,
     )
     try:
         wait_for(lambda: serving(workdir), 60, "the server of the first trial")
