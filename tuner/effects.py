@@ -34,10 +34,10 @@ import numpy as np
 EFFECT_PRIOR = 0.15
 #: Prior standard deviation of a configuration's deviation from the sum of its values'
 #: effects (the interactions), in log(objective): a little above one launch's noise (2%), so
-#: a configuration's single launch counts about twice as much as the pooled prediction. Over 60 seeds of the reference study
-#: (benchmarks/search_efficiency.py's setting), 0.01, 0.02 and 0.03 reach within 2% of the
-#: space's best in 49, 52 and 52 seeds (incumbent margin 2%); with the 1% margin, 0.02 and
-#: 0.03 in 51 and 55.
+#: a configuration's single launch counts about twice as much as the pooled prediction. Over
+#: 60 seeds of the reference study (benchmarks/search_efficiency.py's setting), 0.01, 0.02
+#: and 0.03 reach within 2% of the space's best in 49, 52 and 52 seeds (incumbent margin 2%);
+#: with the 1% margin, 0.02 and 0.03 in 51 and 55.
 CONFIGURATION_PRIOR = 0.03
 #: Prior standard deviation of the intercept: effectively free.
 INTERCEPT_PRIOR = 100.0
@@ -71,12 +71,6 @@ class Effects:
         self._values = values
         self._mean = mean
         self._cov = cov
-
-    def effect(self, name: str, value: Any) -> float:
-        """Posterior mean effect of one parameter value on log(objective) (0, the prior,
-        for a value never measured)."""
-        col = self._columns.get((name, repr(value)))
-        return 0.0 if col is None else float(self._mean[col])
 
     def values(self, name: str) -> list[Any]:
         """The values of a parameter that the observations measured."""
