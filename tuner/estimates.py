@@ -108,9 +108,24 @@ def observed(t: FrozenTrial) -> float | None:
     return None
 
 
-def estimates(trials: Iterable[FrozenTrial]) -> list[Estimate]:
-    """One estimate per configuration measured in ``trials`` (by ``config_key``; the trial's
-    parameters where a trial has none), first measured first."""
+@dataclass(frozen=True)
+class Evidence:
+    """What a study's trials say: one estimate per measured configuration, the run-to-run
+    noise, and the additive model they were pooled with (None when nothing was measured)."""
+
+    estimates: list[Estimate]
+    noise: float
+    model: effects.Effects | None
+
+    def leader(self) -> Estimate | None:
+        """The best configuration (see :func:`leader`)."""
+        return leader(self.estimates, self.noise) if self.estimates else None
+
+
+def evidence(trials: Iterable[FrozenTrial]) -> Evidence:
+    """Estimates of every configuration measured in ``trials`` (by ``config_key``; the
+    trial's parameters where a trial has none), first measured first, pooled by one fit of
+    the additive model."""
     trials = sorted(trials, key=lambda t: t.number)
     groups: dict[str, list[FrozenTrial]] = {}
     for t in trials:
@@ -120,13 +135,20 @@ def estimates(trials: Iterable[FrozenTrial]) -> list[Estimate]:
         Estimate(k, ts[0], tuple(t.values[-1] for t in ts), tuple(t.number for t in ts))
         for k, ts in groups.items()
     ]
+    sigma = noise(ests)
     if not ests:
-        return ests
-    fitted = model(trials, noise(ests))
+        return Evidence(ests, sigma, None)
+    fitted = model(trials, sigma)
     # A configuration that measured nothing (all requests failed) keeps its own mean of 0.
-    return [
+    pooled = [
         replace(e, pooled=fitted.predict(e.trial.params, e.key)) if min(e.values) > 0 else e for e in ests
     ]
+    return Evidence(pooled, sigma, fitted)
+
+
+def estimates(trials: Iterable[FrozenTrial]) -> list[Estimate]:
+    """One estimate per configuration measured in ``trials`` (see :func:`evidence`)."""
+    return evidence(trials).estimates
 
 
 def model(trials: Iterable[FrozenTrial], sigma: float) -> effects.Effects:
@@ -163,5 +185,4 @@ def leader(ests: Sequence[Estimate], sigma: float) -> Estimate:
 
 def best(trials: Iterable[FrozenTrial]) -> Estimate | None:
     """The best configuration measured in ``trials`` (see :func:`leader`)."""
-    ests = estimates(trials)
-    return leader(ests, noise(ests)) if ests else None
+    return evidence(trials).leader()

@@ -39,7 +39,7 @@ from optuna.trial import FrozenTrial
 
 from tuner import estimates
 from tuner.estimates import Estimate
-from tuner.study import TrialRecord, best_record
+from tuner.study import TrialRecord
 
 #: Configurations in the top table, and curves in the concurrency figure.
 TOP_N = 10
@@ -176,8 +176,9 @@ class ReportData:
     def of(cls, study: optuna.Study) -> ReportData:
         frozen = study.get_trials(deepcopy=False)
         trials = [TrialView.of(t) for t in frozen]
-        best_rec = best_record(study)
-        best = next((t for t in trials if best_rec and t.number == best_rec.number), None)
+        ev = estimates.evidence(frozen)
+        leader = ev.leader()
+        best = next((t for t in trials if leader and t.number == leader.trial.number), None)
         attrs = study.user_attrs
         objective = attrs.get("objective", {})
         name = objective.get("name", "peak") if isinstance(objective, Mapping) else str(objective)
@@ -191,7 +192,7 @@ class ReportData:
             trials=trials,
             best=best,
             generated=datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
-            estimates={e.key: e for e in estimates.estimates(frozen)},
+            estimates={e.key: e for e in ev.estimates},
         )
 
     def launches(self, t: TrialView) -> Estimate | None:

@@ -110,13 +110,13 @@ class IncumbentLocalSampler(BaseSampler):
         Chasing a noise-level "improvement" would restart the neighbourhood walk around an
         equivalent configuration and waste trials re-trying the same moves.
         """
-        ests = estimates.estimates(done)
-        if not ests:
+        ev = estimates.evidence(done)
+        best = ev.leader()
+        if best is None:
             self._incumbent_number = -1
             return None
-        sigma = estimates.noise(ests)
-        best = estimates.leader(ests, sigma)
-        current = next((e for e in ests if e.trial.number == self._incumbent_number), None)
+        sigma = ev.noise
+        current = next((e for e in ev.estimates if e.trial.number == self._incumbent_number), None)
         if current is None or best.score(sigma) > current.score(sigma) * (1 + INCUMBENT_MARGIN):
             self._incumbent_number = best.trial.number
             return best.trial

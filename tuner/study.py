@@ -28,7 +28,7 @@ import sqlalchemy
 from optuna.storages import RDBStorage, RetryHeartbeatStaleTrialCallback
 from optuna.trial import FrozenTrial, TrialState
 
-from tuner import estimates
+from tuner import effects, estimates
 from tuner.backends import Backend, Interrupted, Measurement
 from tuner.coordination import BudgetGate, Heartbeat
 from tuner.failures import LaunchFailure
@@ -333,12 +333,12 @@ class Search:
         trials = self.study.get_trials(deepcopy=False)
         if any(t.state == TrialState.WAITING for t in trials):
             return
-        ests = estimates.estimates(trials)
-        if len(ests) < 2:
+        ev = estimates.evidence(trials)
+        leader = ev.leader()
+        if leader is None or ev.model is None or len(ev.estimates) < 2:
             return
-        sigma = estimates.noise(ests)
-        leader = estimates.leader(ests, sigma)
-        pick = self._model_pick(trials, leader, sigma)
+        ests, sigma = ev.estimates, ev.noise
+        pick = self._model_pick(trials, leader, ev.model)
         if pick is not None:
             self.study.enqueue_trial(pick, user_attrs={MODEL_PICK: leader.trial.number})
             return
@@ -349,7 +349,7 @@ class Search:
         self.study.enqueue_trial(dict(pick.trial.params), user_attrs={REPEAT_OF: pick.trial.number})
 
     def _model_pick(
-        self, trials: Sequence[FrozenTrial], leader: estimates.Estimate, sigma: float
+        self, trials: Sequence[FrozenTrial], leader: estimates.Estimate, fitted: effects.Effects
     ) -> dict[str, Any] | None:
         """The leader with every parameter set to the measured value that the additive model
         (:mod:`tuner.effects`) expects to gain the most over the leader's own, where one is
@@ -362,7 +362,6 @@ class Search:
         gains together are worth a launch. A parameter the model cannot tell (a flat knob:
         expected gain near 0 either way) may change too; it costs nothing.
         """
-        fitted = estimates.model(trials, sigma)
         plan = dict(leader.trial.params)
         for name, current in leader.trial.params.items():
             gains = [
