@@ -14,7 +14,6 @@ from tuner import logging as tuner_logging
 from tuner.annotate import TrialAnnotator, default_artifact_dir
 from tuner.backends import DEFAULT_HEALTH_TIMEOUT_S, Backend, Interrupted, LauncherBackend, SimBackend
 from tuner.errors import UsageError
-from tuner.launchers.ssh import SshTransport
 from tuner.objectives import Objective
 from tuner.progress import Progress
 from tuner.settings import Settings
@@ -22,6 +21,7 @@ from tuner.settings import load as load_settings
 from tuner.sim.serving import DEFAULT_NOISE
 from tuner.space import DEFAULT_SPACE, Space, load_space, resolve_space
 from tuner.study import STUDIES_DIR, Search, best_record, default_storage_url, default_study_name, redact_url
+from tuner.transports.ssh import SshTransport
 
 
 def register(sub: argparse._SubParsersAction) -> None:

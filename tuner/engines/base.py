@@ -3,23 +3,66 @@
 A :class:`LaunchSpec` is the complete, engine-neutral description of one server
 launch (argv + environment). Search spaces render to it; launchers start it; the
 unit and shell renderers in :mod:`tuner.units` print it. An :class:`Engine` knows one
-engine's flags: how to parse and check them (the launch-time rules, so impossible
-combinations are rejected without a launch), how to render flag values, where its
-health endpoint is and which log lines mean ready or failed.
+engine's flags: how to parse them into its :class:`ServerArgs` and check them (the
+launch-time rules, so impossible combinations are rejected without a launch), how to
+render flag values, where its health endpoint is and which log lines mean ready or
+failed. Callers use only what :class:`Engine` and :class:`ServerArgs` declare.
 """
 
 from __future__ import annotations
 
 import re
+from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Protocol, runtime_checkable
+from functools import cached_property
+from typing import Any, ClassVar, Protocol
 
 from pydantic import BaseModel, ConfigDict
 
-from tuner.failures import FailureClass
+from tuner.failures import FailureClass, LaunchFailure
+from tuner.launchers.classify import classify_failure
 
 #: A log pattern and the failure class a match means (see tuner.failures).
 FailurePattern = tuple[re.Pattern[str], FailureClass]
+
+
+class ServerArgs(Protocol):
+    """What callers read of a parsed launch command line, whatever the engine.
+
+    Each engine's record (:class:`tuner.engines.sglang.ServerArgs`,
+    :class:`tuner.engines.vllm.ServerArgs`) is a frozen dataclass with these members
+    and the engine's own fields beside them.
+    """
+
+    @property
+    def host(self) -> str | None:
+        """The ``--host`` the server binds (``None``: the engine's default)."""
+        ...
+
+    @property
+    def port(self) -> int:
+        """The port the server listens on (the engine's default when not given)."""
+        ...
+
+    @property
+    def served_model_name(self) -> str | None:
+        """The model name the server answers to, when ``--served-model-name`` gives one."""
+        ...
+
+    @property
+    def gpus_needed(self) -> int:
+        """GPUs the whole launch occupies."""
+        ...
+
+    @property
+    def layout(self) -> str:
+        """The parallel layout, as reports label a trial (``TP8 EP8``, ``TP4 PP2``)."""
+        ...
+
+    def label(self) -> str:
+        """A short human name of the launch: its layout and the switches that shape
+        performance (``TP8 EP4 no-graph``)."""
+        ...
 
 
 class LaunchSpec(BaseModel):
@@ -27,7 +70,8 @@ class LaunchSpec(BaseModel):
 
     ``argv[0]`` is the program as the space file names it (``python3``); renderers that
     need an absolute path (systemd) resolve it. ``env`` holds only what the launch sets
-    on top of the inherited environment.
+    on top of the inherited environment. :attr:`args` is the command line parsed by
+    the spec's engine, once per spec.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -35,6 +79,21 @@ class LaunchSpec(BaseModel):
     argv: list[str]
     env: dict[str, str] = {}
     engine: str
+
+    @cached_property
+    def args(self) -> ServerArgs:
+        """``argv`` as the engine parses it; raises ``LaunchFailure("invalid-args")``
+        for a malformed value (nothing is launched then)."""
+        from tuner import engines
+
+        return engines.get(self.engine).parse(self.argv)
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> LaunchSpec:
+        """A copy; a changed command line is parsed again when its :attr:`args` are read."""
+        copy = super().model_copy(update=update, deep=deep)
+        if update:
+            copy.__dict__.pop("args", None)
+        return copy
 
 
 def format_value(value: Any) -> str:
@@ -86,40 +145,6 @@ def render_env(env: Mapping[str, Any]) -> dict[str, str]:
     return out
 
 
-@runtime_checkable
-class Engine(Protocol):
-    """A serving engine's adapter (SGLang today; vLLM has room beside it)."""
-
-    #: registry name, as search-space files spell it (``sglang``)
-    name: str
-    #: HTTP path that answers 200 once the server serves
-    health_path: str
-    #: a log line (regular expression) that means the server is ready
-    ready_pattern: str
-    #: ordered log patterns, most specific first: the first that matches classifies a failure
-    failure_patterns: Sequence[FailurePattern]
-    #: the port the engine listens on when the command line does not say
-    default_port: int
-
-    def parse(self, argv: Sequence[str]) -> object:
-        """Parse a command line (with or without its program prefix) into the engine's
-        typed view of it; raise LaunchFailure("invalid-args", ...) for malformed values."""
-        ...
-
-    def check(self, argv: Sequence[str], gpu_count: int) -> None:
-        """Apply the engine's launch-time rules for a host with ``gpu_count`` GPUs; raise
-        :class:`tuner.failures.LaunchFailure` with the engine's own wording if it refuses."""
-        ...
-
-    def render(self, command: Sequence[str], flags: Mapping[str, Any], env: Mapping[str, Any]) -> LaunchSpec:
-        """Build the launch from a program prefix, ``{flag: value}`` and ``{VAR: value}``."""
-        ...
-
-    def classify(self, log_text: str) -> tuple[FailureClass, str] | None:
-        """The failure class and the matching log line, by :attr:`failure_patterns`."""
-        ...
-
-
 def classify_log(patterns: Iterable[FailurePattern], log_text: str) -> tuple[FailureClass, str] | None:
     """First pattern (in the given priority order) found in ``log_text``: its class and
     the log line it matched (its last occurrence, the freshest)."""
@@ -134,16 +159,61 @@ def classify_log(patterns: Iterable[FailurePattern], log_text: str) -> tuple[Fai
     return None
 
 
-class ArgparseEngine:
-    """Shared behaviour of engines whose launchers take ``--flag value`` arguments."""
+class Engine(ABC):
+    """A serving engine's adapter: the base of :class:`~tuner.engines.sglang.SGLangEngine`
+    and :class:`~tuner.engines.vllm.VLLMEngine`.
 
-    name: str
-    failure_patterns: Sequence[FailurePattern] = ()
+    Subclasses set the class attributes and implement :meth:`parse` and
+    :meth:`validate`; rendering (``--flag value`` words) and failure classification are
+    shared.
+    """
+
+    #: registry name, as search-space files spell it (``sglang``)
+    name: ClassVar[str]
+    #: HTTP path that answers 200 once the server serves
+    health_path: ClassVar[str] = "/health"
+    #: a log line (regular expression) that means the server is ready
+    ready_pattern: ClassVar[str]
+    #: ordered log patterns, most specific first: the first that matches classifies a failure
+    failure_patterns: ClassVar[Sequence[FailurePattern]] = ()
+    #: the port the engine listens on when the command line does not say
+    default_port: ClassVar[int]
+    #: whether the built-in simulator models this engine (``--backend sim``, ``--warm-start sim``)
+    simulated: ClassVar[bool] = False
+
+    @abstractmethod
+    def parse(self, argv: Sequence[str] | str) -> ServerArgs:
+        """Parse a command line (with or without its program prefix) into the engine's
+        typed view of it; raise LaunchFailure("invalid-args", ...) for malformed values."""
+
+    @abstractmethod
+    def validate(self, args: ServerArgs, gpu_count: int) -> ServerArgs:
+        """Apply the engine's launch-time rules for a host with ``gpu_count`` GPUs; return
+        the arguments as the engine adjusts them, or raise
+        :class:`tuner.failures.LaunchFailure` with the engine's own wording if it refuses."""
+
+    def check(self, argv: Sequence[str], gpu_count: int) -> None:
+        """:meth:`validate` a command line (parsed first)."""
+        self.validate(self.parse(argv), gpu_count)
 
     def render(self, command: Sequence[str], flags: Mapping[str, Any], env: Mapping[str, Any]) -> LaunchSpec:
-        """``command + --flag value ...`` and the rendered environment (see
+        """The launch from a program prefix, ``{flag: value}`` and ``{VAR: value}``:
+        ``command + --flag value ...`` and the rendered environment (see
         :func:`render_flags` and :func:`render_env`)."""
         return LaunchSpec(argv=[*command, *render_flags(flags)], env=render_env(env), engine=self.name)
 
     def classify(self, log_text: str) -> tuple[FailureClass, str] | None:
+        """The failure class and the matching log line, by :attr:`failure_patterns` alone."""
         return classify_log(self.failure_patterns, log_text)
+
+    def classify_exit(self, returncode: int | None, log_text: str, *, what: str = "server") -> LaunchFailure:
+        """Why a server of this engine died: its exit status and log, by this engine's
+        failure patterns and ready line, then the engine-neutral ones
+        (:func:`tuner.launchers.classify.classify_failure`)."""
+        return classify_failure(
+            returncode=returncode,
+            log_text=log_text,
+            patterns=self.failure_patterns,
+            ready_pattern=self.ready_pattern,
+            what=what,
+        )

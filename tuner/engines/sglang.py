@@ -13,7 +13,7 @@ import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
 
-from tuner.engines.base import ArgparseEngine, FailurePattern
+from tuner.engines.base import Engine, FailurePattern
 from tuner.failures import LaunchFailure
 
 #: Command prefixes that may precede the flags of a full launch command line.
@@ -35,6 +35,7 @@ class ServerArgs:
     """The subset of SGLang's server arguments that shape performance, after parsing."""
 
     model_path: str | None = None
+    served_model_name: str | None = None
     host: str = "127.0.0.1"
     port: int = 30000
     tp_size: int = 1
@@ -77,6 +78,25 @@ class ServerArgs:
         """SGLang turns the overlap scheduler off under pipeline parallelism."""
         return not self.disable_overlap_schedule and self.pp_size == 1
 
+    @property
+    def layout(self) -> str:
+        """The parallel layout alone, as reports label a trial: ``TP8``, ``TP8 EP8``,
+        ``TP4 PP2``, ``PP8 EP8 EPLB``, ``TP8 EP4 DeepEP``."""
+        parts = []
+        if self.tp_size > 1 or self.pp_size == 1:
+            parts.append(f"TP{self.tp_size}")
+        if self.pp_size > 1:
+            parts.append(f"PP{self.pp_size}")
+        if self.ep_size > 1:
+            parts.append(f"EP{self.ep_size}")
+        if self.dp_size > 1:
+            parts.append(f"DP{self.dp_size}")
+        if self.enable_eplb:
+            parts.append("EPLB")
+        if self.moe_a2a_backend == "deepep":
+            parts.append("DeepEP")
+        return " ".join(parts)
+
     def label(self) -> str:
         """A short human name of the layout, as people write it (``TP8 EP4``)."""
         parts = [f"TP{self.tp_size}"]
@@ -103,6 +123,7 @@ class _Parser(argparse.ArgumentParser):
 def _parser() -> argparse.ArgumentParser:
     p = _Parser(prog="launch_server", add_help=False, allow_abbrev=False)
     p.add_argument("--model-path", "--model")
+    p.add_argument("--served-model-name")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=30000)
     p.add_argument("--tp-size", "--tensor-parallel-size", "--tp", type=int, default=1)
@@ -235,7 +256,7 @@ FAILURE_PATTERNS: tuple[FailurePattern, ...] = (
 )
 
 
-class SGLangEngine(ArgparseEngine):
+class SGLangEngine(Engine):
     """SGLang (``python -m sglang.launch_server``): flags, launch rules and log wording."""
 
     name = "sglang"
@@ -243,12 +264,14 @@ class SGLangEngine(ArgparseEngine):
     ready_pattern = READY_PATTERN
     failure_patterns = FAILURE_PATTERNS
     default_port = 30000
+    #: The built-in simulator models SGLang.
+    simulated = True
 
-    def parse(self, argv: Sequence[str]) -> ServerArgs:
+    def parse(self, argv: Sequence[str] | str) -> ServerArgs:
         return parse_args(argv)
 
-    def check(self, argv: Sequence[str], gpu_count: int) -> None:
-        validate(parse_args(argv), gpu_count)
+    def validate(self, args: ServerArgs, gpu_count: int) -> ServerArgs:  # type: ignore[override]
+        return validate(args, gpu_count)
 
 
 ENGINE = SGLangEngine()

@@ -25,7 +25,7 @@ import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
 
-from tuner.engines.base import ArgparseEngine, FailurePattern
+from tuner.engines.base import Engine, FailurePattern
 from tuner.failures import LaunchFailure
 
 #: Module names and words that may precede the flags of a full vLLM command line.
@@ -75,6 +75,7 @@ class ServerArgs:
     """
 
     model: str | None = None
+    served_model_name: str | None = None
     host: str | None = None
     port: int = DEFAULT_PORT
     tensor_parallel_size: int = 1
@@ -107,8 +108,9 @@ class ServerArgs:
         """Whether the MoE layers really run expert-parallel (vLLM's ``use_ep``)."""
         return self.enable_expert_parallel and self.tensor_parallel_size * self.data_parallel_size > 1
 
-    def label(self) -> str:
-        """A short human name of the layout (``TP8 EP``, ``DP8 EP``, ``TP4 PP2``)."""
+    @property
+    def layout(self) -> str:
+        """The parallel layout (``TP8 EP``, ``DP8 EP``, ``TP4 PP2``, ``TP8 EP EPLB``)."""
         parts = []
         if self.data_parallel_size > 1:
             parts.append(f"DP{self.data_parallel_size}")
@@ -120,9 +122,11 @@ class ServerArgs:
             parts.append("EP")
         if self.enable_eplb:
             parts.append("EPLB")
-        if self.enforce_eager:
-            parts.append("eager")
         return " ".join(parts)
+
+    def label(self) -> str:
+        """A short human name of the launch: its layout, then ``eager`` without CUDA graphs."""
+        return f"{self.layout} eager" if self.enforce_eager else self.layout
 
 
 def human_readable_int(value: str) -> int:
@@ -160,6 +164,7 @@ def _parser() -> argparse.ArgumentParser:
     p = _Parser(prog="api_server.py", add_help=False, allow_abbrev=False)
     flag = argparse.BooleanOptionalAction
     p.add_argument("--model")
+    p.add_argument("--served-model-name")
     p.add_argument("--host")
     p.add_argument("--port", type=int, default=DEFAULT_PORT)
     p.add_argument("--tensor-parallel-size", "-tp", type=int, default=1)
@@ -320,7 +325,7 @@ FAILURE_PATTERNS: tuple[FailurePattern, ...] = (
 )
 
 
-class VLLMEngine(ArgparseEngine):
+class VLLMEngine(Engine):
     """vLLM (``vllm serve`` / ``python -m vllm.entrypoints.openai.api_server``): flags,
     launch rules and log wording."""
 
@@ -332,11 +337,11 @@ class VLLMEngine(ArgparseEngine):
     #: The simulator models SGLang only: a vLLM space needs a real backend.
     simulated = False
 
-    def parse(self, argv: Sequence[str]) -> ServerArgs:
+    def parse(self, argv: Sequence[str] | str) -> ServerArgs:
         return parse_args(argv)
 
-    def check(self, argv: Sequence[str], gpu_count: int) -> None:
-        validate(parse_args(argv), gpu_count)
+    def validate(self, args: ServerArgs, gpu_count: int) -> ServerArgs:  # type: ignore[override]
+        return validate(args, gpu_count)
 
 
 ENGINE = VLLMEngine()

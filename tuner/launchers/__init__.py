@@ -7,7 +7,9 @@ Backends (``--backend``):
 * ``systemd``: a systemd unit, here or over ssh (:class:`SystemdLauncher`).
 
 All share :class:`Launcher`'s interface and failure classes (:mod:`tuner.failures`),
-classified by :func:`tuner.launchers.classify.classify_failure`.
+classified by the engine's :meth:`~tuner.engines.base.Engine.classify_exit`
+(:func:`tuner.launchers.classify.classify_failure`). The remote backends reach their
+host through :mod:`tuner.transports.ssh`.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from tuner.launchers.classify import classify_failure
 
 if TYPE_CHECKING:
     from tuner.engines.base import Engine
-    from tuner.launchers.ssh import SshTransport
+    from tuner.transports.ssh import SshTransport
 
 #: ``--backend`` names of the launchers in this package.
 BACKENDS: tuple[str, ...] = ("local", "ssh", "systemd")
@@ -34,7 +36,7 @@ def make_launcher(
 ) -> Launcher:
     """The launcher for ``backend``.
 
-    ``ssh``: the destination (or a configured :class:`~tuner.launchers.ssh.SshTransport`);
+    ``ssh``: the destination (or a configured :class:`~tuner.transports.ssh.SshTransport`);
     required for ``ssh``, optional for ``systemd`` (a unit on a remote host). Other
     keyword options go to the launcher's constructor (``stop_grace_s``,
     ``remote_dir``, ``unit_dir``...).

@@ -16,11 +16,9 @@ stopped by an ``atexit`` hook.
 from __future__ import annotations
 
 import atexit
-import errno
-import socket
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar, Protocol
 
@@ -28,7 +26,6 @@ import httpx
 from loguru import logger
 
 from tuner.failures import LaunchFailure
-from tuner.launchers.classify import classify_failure
 
 if TYPE_CHECKING:
     from tuner.engines.base import Engine, LaunchSpec
@@ -39,9 +36,8 @@ if TYPE_CHECKING:
 #: ``"healthy"``.
 ProgressCallback = Callable[[float, str], None]
 
-#: SGLang's defaults, used when the launch command names no ``--host``/``--port``.
+#: Where a server that names no ``--host`` is reached.
 DEFAULT_HOST = "127.0.0.1"
-DEFAULT_PORT = 30000
 
 #: Health probes must answer quickly; a hung probe must not eat the whole timeout.
 DEFAULT_HEALTH_REQUEST_TIMEOUT_S = 10.0
@@ -49,76 +45,11 @@ DEFAULT_HEALTH_REQUEST_TIMEOUT_S = 10.0
 DEFAULT_STOP_GRACE_S = 30.0
 
 
-def flag_value(argv: Sequence[str], *names: str) -> str | None:
-    """The value of the last ``--name VALUE`` or ``--name=VALUE`` in ``argv`` (argparse
-    semantics: the last occurrence wins), or ``None``."""
-    value = None
-    for i, word in enumerate(argv):
-        for name in names:
-            if word == name and i + 1 < len(argv):
-                value = argv[i + 1]
-            elif word.startswith(name + "="):
-                value = word[len(name) + 1 :]
-    return value
-
-
-def server_endpoint(argv: Sequence[str], default_port: int = DEFAULT_PORT) -> tuple[str, int]:
-    """The ``(bind host, port)`` a launch command will listen on, from its ``--host`` and
-    ``--port`` flags (SGLang and vLLM spell them the same)."""
-    host = flag_value(argv, "--host") or DEFAULT_HOST
-    port = flag_value(argv, "--port")
-    try:
-        return host, int(port) if port is not None else default_port
-    except ValueError:
-        raise LaunchFailure("invalid-args", f"--port must be an integer, got {port!r}") from None
-
-
-def connect_host(bind_host: str) -> str:
-    """Where a client on the same host connects to reach a server bound to ``bind_host``:
-    wildcard addresses are reached through loopback."""
-    if bind_host in ("", "0.0.0.0", "*"):
-        return "127.0.0.1"
-    if bind_host in ("::", "[::]"):
-        return "::1"
-    return bind_host
-
-
-def http_url(host: str, port: int) -> str:
-    """``http://host:port`` with IPv6 literals in brackets."""
-    if ":" in host and not host.startswith("["):
-        host = f"[{host}]"
-    return f"http://{host}:{port}"
-
-
-def local_port_in_use(bind_host: str, port: int) -> bool:
-    """True when a server could not listen on ``bind_host:port`` here: something accepts
-    connections on it, or binding it fails with "address in use"."""
-    target = connect_host(bind_host)
-    try:
-        with socket.create_connection((target, port), timeout=0.5):
-            return True
-    except OSError:
-        pass
-    try:
-        infos = socket.getaddrinfo(bind_host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
-    except socket.gaierror:
-        return False
-    for family, kind, proto, _name, address in infos:
-        with socket.socket(family, kind, proto) as sock:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as servers do
-            try:
-                sock.bind(address)
-            except OSError as exc:
-                if exc.errno == errno.EADDRINUSE:
-                    return True
-    return False
-
-
-def free_local_port() -> int:
-    """A TCP port on loopback that nothing listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+def bind_address(spec: LaunchSpec) -> tuple[str, int]:
+    """The ``(bind host, port)`` a launch will listen on, from its parsed command line
+    (the engine's default port when it names none; loopback when it names no host)."""
+    args = spec.args
+    return args.host or DEFAULT_HOST, args.port
 
 
 def tail_lines(text: str, lines: int) -> str:
@@ -160,8 +91,9 @@ class Launcher(ABC):
         # stopped here, whatever happened
 
     A launcher can be reused: ``start`` stops the server it started before. Subclasses
-    implement the abstract methods; :meth:`wait_healthy` is shared and relies on
-    :meth:`alive`, :meth:`base_url`, :meth:`classify_exit` and :meth:`stop`.
+    implement the abstract methods; :meth:`wait_healthy` and :meth:`classify_exit` are
+    shared and rely on :meth:`alive`, :meth:`base_url`, :meth:`stop` and the
+    ``_still_running``/``_exit_status`` hooks.
     """
 
     #: The ``--backend`` name.
@@ -219,11 +151,30 @@ class Launcher(ABC):
     def log_tail(self, lines: int = 80) -> str:
         """The last ``lines`` lines of the server's log."""
 
-    @abstractmethod
     def classify_exit(self) -> LaunchFailure:
         """Why the server died: the failure class from its exit status and its log
-        (``crash`` unless the log says otherwise). Meant for a server that died while
-        being measured; returns the failure, the caller raises it."""
+        (``crash`` unless the log says otherwise), by the engine's
+        :meth:`~tuner.engines.base.Engine.classify_exit`. Meant for a server that died
+        while being measured; returns the failure, the caller raises it (a ``crash``
+        naming the server when it still runs, ``unreachable`` when its host is)."""
+        try:
+            running = self._still_running()
+        except LaunchFailure as exc:
+            return exc
+        if running is not None:
+            return LaunchFailure("crash", f"{self.trial_label}: {running}")
+        log_text = read_tail(self.log_path, 10**6) if self.log_path else ""
+        return self._engine().classify_exit(self._exit_status(), log_text, what=self.trial_label or "server")
+
+    @abstractmethod
+    def _still_running(self) -> str | None:
+        """Bring the server's state and log up to date; ``None`` once it has exited, else
+        what still runs, for the message (``server still running (pid 42)``)."""
+
+    @abstractmethod
+    def _exit_status(self) -> int | None:
+        """The ended server's exit status (``subprocess``'s convention: a signal is
+        negative); ``None`` when unknown."""
 
     @abstractmethod
     def stop(self) -> None:
@@ -335,16 +286,6 @@ class Launcher(ABC):
             self.tunnel = None
         owned, self._owned = self._owned, False
         return owned
-
-    def _classify(self, returncode: int | None, log_text: str) -> LaunchFailure:
-        engine = self._engine()
-        return classify_failure(
-            returncode=returncode,
-            log_text=log_text,
-            patterns=list(getattr(engine, "failure_patterns", ()) or ()),
-            ready_pattern=getattr(engine, "ready_pattern", None),
-            what=self.trial_label or "server",
-        )
 
 
 def resolve_engine(name: str) -> Engine:

@@ -14,14 +14,8 @@ from loguru import logger
 
 from tuner.errors import UsageError
 from tuner.failures import LaunchFailure
-from tuner.launchers.base import (
-    Launcher,
-    connect_host,
-    http_url,
-    local_port_in_use,
-    read_tail,
-    server_endpoint,
-)
+from tuner.launchers.base import Launcher, bind_address, read_tail
+from tuner.net import connect_host, http_url, local_port_in_use
 
 if TYPE_CHECKING:
     from tuner.engines.base import Engine, LaunchSpec
@@ -160,7 +154,7 @@ class LocalLauncher(Launcher):
     def start(self, spec: LaunchSpec, *, log_path: Path, trial_label: str) -> None:
         self._begin(spec, log_path, trial_label)
         self.proc = None
-        bind_host, port = server_endpoint(spec.argv, getattr(self._engine(), "default_port", 30000))
+        bind_host, port = bind_address(spec)
         self._host, self._port = connect_host(bind_host), port
         stop_leftover(port, self.stop_grace_s)
         if local_port_in_use(bind_host, port):
@@ -202,11 +196,13 @@ class LocalLauncher(Launcher):
     def log_tail(self, lines: int = 80) -> str:
         return read_tail(self.log_path, lines) if self.log_path else ""
 
-    def classify_exit(self) -> LaunchFailure:
-        returncode = self.proc.poll() if self.proc is not None else None
-        if returncode is None and self.proc is not None:
-            return LaunchFailure("crash", f"{self.trial_label}: server still running (pid {self.proc.pid})")
-        return self._classify(returncode, read_tail(self.log_path, 10**6) if self.log_path else "")
+    def _still_running(self) -> str | None:
+        if self.proc is not None and self.proc.poll() is None:
+            return f"server still running (pid {self.proc.pid})"
+        return None
+
+    def _exit_status(self) -> int | None:
+        return self.proc.poll() if self.proc is not None else None
 
     def stop(self) -> None:
         # The Popen object stays: its exit status serves classify_exit().

@@ -7,7 +7,7 @@ HTTP, state read with ``systemctl show``, logs with ``journalctl -u <unit>``, an
 ``systemctl stop <unit>`` ends the trial (systemd stops the unit's whole cgroup).
 
 Locally the commands run directly; with ``ssh=...`` they run on that host through
-:class:`~tuner.launchers.ssh.SshTransport`, and health goes through an ssh port
+:class:`~tuner.transports.ssh.SshTransport`, and health goes through an ssh port
 forward like the ``ssh`` backend's. ``sudo`` (e.g. ``("sudo", "-n")``) prefixes every
 command that needs root when the login user is not root.
 """
@@ -27,15 +27,9 @@ from loguru import logger
 
 from tuner.errors import UsageError
 from tuner.failures import LaunchFailure
-from tuner.launchers.base import (
-    Launcher,
-    connect_host,
-    http_url,
-    local_port_in_use,
-    read_tail,
-    server_endpoint,
-)
-from tuner.launchers.ssh import SshTransport, SshTunnel, last_line
+from tuner.launchers.base import Launcher, bind_address, read_tail
+from tuner.net import connect_host, http_url, local_port_in_use
+from tuner.transports.ssh import SshTransport, SshTunnel, last_line
 
 if TYPE_CHECKING:
     from tuner.engines.base import Engine, LaunchSpec
@@ -165,7 +159,7 @@ class SystemdLauncher(Launcher):
 
     def start(self, spec: LaunchSpec, *, log_path: Path, trial_label: str) -> None:
         self._begin(spec, log_path, trial_label)
-        bind_host, port = server_endpoint(spec.argv, getattr(self._engine(), "default_port", 30000))
+        bind_host, port = bind_address(spec)
         self._host, self._port = connect_host(bind_host), port
         self.unit = f"{self.unit_name or f'tuner-{port}'}.service"
         self.unit_path = f"{self.unit_dir.rstrip('/')}/{self.unit}"
@@ -225,16 +219,12 @@ class SystemdLauncher(Launcher):
                 self._fetch_log()
         return read_tail(self.log_path, lines) if self.log_path else ""
 
-    def classify_exit(self) -> LaunchFailure:
+    def _still_running(self) -> str | None:
         if self._owned:
-            try:
-                if self.alive():
-                    return LaunchFailure("crash", f"{self.trial_label}: {self.unit} still active "
-                                         f"on {self.where}")
-                self._fetch_log()
-            except LaunchFailure as exc:
-                return exc
-        return self._classify(self._returncode(), read_tail(self.log_path, 10**6) if self.log_path else "")
+            if self.alive():
+                return f"{self.unit} still active on {self.where}"
+            self._fetch_log()
+        return None
 
     def stop(self) -> None:
         if not self._release():
@@ -261,7 +251,7 @@ class SystemdLauncher(Launcher):
         self._state = state
         return state
 
-    def _returncode(self) -> int | None:
+    def _exit_status(self) -> int | None:
         try:
             code = int(self._state.get("ExecMainCode", "0"))
             status = int(self._state.get("ExecMainStatus", "0"))

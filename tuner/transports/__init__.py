@@ -1,0 +1,1 @@
+"""Transports: how launchers reach the host a server runs on (:mod:`tuner.transports.ssh`)."""
