@@ -51,8 +51,8 @@ import httpx
 from tuner import engines, loadgen
 from tuner.engines.base import LaunchSpec
 from tuner.launchers import make_launcher
-from tuner.launchers.base import free_local_port
 from tuner.metrics import summarize
+from tuner.net import free_port
 from tuner.workload import Workload
 
 REPO = Path(__file__).resolve().parent.parent
@@ -296,7 +296,7 @@ def main(argv: list[str] | None = None) -> int:
     results = []
     with tempfile.TemporaryDirectory() as logs:
         for name in args.servers.split(","):
-            results.append(compare(name, servers[name](free_local_port()), args, Path(logs)))
+            results.append(compare(name, servers[name](free_port()), args, Path(logs)))
     print(f"\nC={args.concurrency}, {args.output_len} output tokens per request, {args.repeats} runs each")
     print(f"{'server':10s} {'tuner bench':>12s} {'vllm bench':>12s} {'diff':>7s} {'paired':>7s}  (tok/s)")
     for r in results:

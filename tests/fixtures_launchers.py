@@ -1,5 +1,6 @@
-"""Fixtures of the launcher tests: emulator launch specs, a throwaway sshd on loopback,
-and the systemctl/journalctl stand-in on PATH.
+"""Fixtures of the launcher tests (a pytest plugin, registered in tests/conftest.py):
+emulator launch specs, a throwaway sshd on loopback, and the systemctl/journalctl
+stand-in on PATH.
 
 Everything here starts processes on loopback only and stops them by pid.
 """
@@ -23,7 +24,8 @@ from pathlib import Path
 import pytest
 
 from tuner.engines.base import LaunchSpec
-from tuner.launchers.ssh import SshTransport
+from tuner.net import free_port
+from tuner.transports.ssh import SshTransport
 
 SSHD = Path("/usr/sbin/sshd")
 SSH_KEYGEN = shutil.which("ssh-keygen") or "/usr/bin/ssh-keygen"
@@ -33,13 +35,6 @@ STANDIN = Path(__file__).parent / "standins" / "systemd_standin.py"
 #: it refusing connections, half answering 503).
 SPEEDUP = 1000
 LOAD_DELAY_S = 0.5
-
-
-def free_port() -> int:
-    """A loopback TCP port nothing listens on now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def emulator_argv(

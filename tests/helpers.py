@@ -3,15 +3,26 @@
 from __future__ import annotations
 
 import shutil
-import socket
+import textwrap
 from pathlib import Path
 
-
-def free_port() -> int:
-    """A TCP port free on 127.0.0.1 right now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+#: A small SGLang space on the simulated reference host: 16 configurations, three
+#: concurrency levels (the ``space`` fixture of tests/conftest.py loads it).
+SMALL_SPACE = textwrap.dedent("""
+    name: small
+    engine: sglang
+    hardware: rtx-pro-6000-pcie-x8
+    model: kimi-k2.6
+    launch:
+      command: [python3, -m, sglang.launch_server]
+      flags: {--model-path: /models/Kimi-K2.6, --tp-size: 8, --mem-fraction-static: 0.88,
+              --max-running-requests: 256, --num-continuous-decode-steps: 8}
+    parameters:
+      ep_size: {flag: --ep-size, type: categorical, choices: [1, 4, 8, 3]}
+      enable_eplb: {flag: --enable-eplb, type: bool}
+      disable_cuda_graph: {flag: --disable-cuda-graph, type: bool}
+    workload: {kind: burst, levels: [1, 64, 128], max_tokens: 512, single_max_tokens: 128}
+""")
 
 
 def emulator_pids(port: int) -> list[int]:

@@ -16,7 +16,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from tests.helpers import free_port
+from tuner.net import free_port
 
 
 def pg_bin() -> Path | None:

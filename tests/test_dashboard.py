@@ -34,6 +34,7 @@ from tuner.annotate import (
 )
 from tuner.cli import main
 from tuner.commands.dashboard import dashboard_url
+from tuner.net import free_port
 from tuner.study import best_record, load_study, resolve_storage
 
 needs_chromium = pytest.mark.skipif(
@@ -68,12 +69,6 @@ def dump_dom(url: str, profile: Path, expect: list[str]) -> str:
         if all(e in dom for e in expect):
             return dom
     return dom
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_http(url: str, proc: subprocess.Popen, timeout: float = 30.0) -> None:

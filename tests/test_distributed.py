@@ -15,10 +15,11 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from tests.helpers import emulator_pids, free_port
+from tests.helpers import emulator_pids
 from tests.postgres import pg_bin, postgres_server
 from tests.test_study import make_search
 from tuner.errors import UsageError
+from tuner.net import free_port
 from tuner.settings import Settings
 from tuner.settings import load as load_settings
 from tuner.sim.serving import DEFAULT_NOISE

@@ -18,7 +18,8 @@ import time
 import httpx
 import pytest
 
-from tuner.sim.server import READY_LINE, EmulatorProcess, free_port, token_text
+from tuner.net import free_port
+from tuner.sim.server import READY_LINE, EmulatorProcess, token_text
 
 TP8 = ["--tp-size", "8"]
 #: Requests finish in milliseconds at this speedup (a decode step of ~10 ms becomes 0.1 ms).

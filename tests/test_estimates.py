@@ -9,7 +9,7 @@ import pytest
 from optuna.distributions import CategoricalDistribution
 from optuna.trial import TrialState
 
-from tests.test_study import make_search, space  # noqa: F401  (fixture)
+from tests.test_study import make_search
 from tuner import estimates
 from tuner.sim.serving import DEFAULT_NOISE
 from tuner.space import load_space, resolve_space
@@ -61,7 +61,7 @@ def test_noise_is_learnt_from_repeats_and_starts_at_the_prior():
     assert estimates.noise(steady) < estimates.NOISE_PRIOR
 
 
-def test_the_end_of_the_budget_relaunches_the_leaders_and_best_rests_on_them(space, workdir: Path):  # noqa: F811
+def test_the_end_of_the_budget_relaunches_the_leaders_and_best_rests_on_them(space, workdir: Path):
     """Run-to-run noise on (the simulator's default): the last trials of the budget re-measure
     the leading configurations, as new launches even though reuse is on."""
     budget = 16

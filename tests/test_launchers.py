@@ -21,23 +21,16 @@ from pathlib import Path
 
 import pytest
 
-from tests.fixtures_launchers import (
-    chat,
-    emulator_spec,
-    free_port,
-    group_members,
-    pid_alive,
-    sshd,  # noqa: F401 - fixture
-    systemd_standin,  # noqa: F401 - fixture
-    wait_until,
-)
+from tests.fixtures_launchers import chat, emulator_spec, group_members, pid_alive, wait_until
 from tuner.engines import get as get_engine
 from tuner.engines.base import LaunchSpec
 from tuner.failures import FAILURE_CLASSES, LaunchFailure
 from tuner.launchers import BACKENDS, make_launcher
 from tuner.launchers.classify import classify_failure, signal_from_shell_status
 from tuner.launchers.local import LocalLauncher
-from tuner.launchers.ssh import SshLauncher, SshTransport
+from tuner.launchers.ssh import SshLauncher
+from tuner.net import free_port
+from tuner.transports.ssh import SshTransport
 
 SGLANG = get_engine("sglang")
 
@@ -304,7 +297,7 @@ def test_local_stop_kills_a_server_that_ignores_sigterm(tmp_path: Path) -> None:
 # -- ssh ------------------------------------------------------------------------------------
 
 
-def test_ssh_launch_measure_stop(sshd, tmp_path: Path) -> None:  # noqa: F811 - fixture
+def test_ssh_launch_measure_stop(sshd, tmp_path: Path) -> None:
     remote_dir = str(sshd.home / "remote")
     port = free_port()
     with SshLauncher(sshd.transport(), SGLANG, remote_dir=remote_dir, stop_grace_s=5) as launcher:
@@ -323,7 +316,7 @@ def test_ssh_launch_measure_stop(sshd, tmp_path: Path) -> None:  # noqa: F811 - 
     assert "fired up and ready to roll" in _log(tmp_path).read_text()  # fetched back
 
 
-def test_ssh_stops_a_leftover_server_before_starting(sshd, tmp_path: Path) -> None:  # noqa: F811
+def test_ssh_stops_a_leftover_server_before_starting(sshd, tmp_path: Path) -> None:
     remote_dir = str(sshd.home / "remote")
     port = free_port()
     first = SshLauncher(sshd.transport(), SGLANG, remote_dir=remote_dir, stop_grace_s=5)
@@ -343,7 +336,7 @@ def test_ssh_stops_a_leftover_server_before_starting(sshd, tmp_path: Path) -> No
     assert not group_members(second.pgid)
 
 
-def test_ssh_invalid_args_classified_from_fetched_log(sshd, tmp_path: Path) -> None:  # noqa: F811
+def test_ssh_invalid_args_classified_from_fetched_log(sshd, tmp_path: Path) -> None:
     launcher = SshLauncher(sshd.transport(), SGLANG, remote_dir=str(sshd.home / "remote"))
     launcher.start(emulator_spec(free_port(), "--moe-dense-tp-size", "3", "--tp-size", "8"),
                    log_path=_log(tmp_path), trial_label="trial-3")
@@ -354,7 +347,7 @@ def test_ssh_invalid_args_classified_from_fetched_log(sshd, tmp_path: Path) -> N
     assert "AssertionError" in _log(tmp_path).read_text()
 
 
-def test_ssh_port_busy_on_the_remote_host(sshd, tmp_path: Path) -> None:  # noqa: F811
+def test_ssh_port_busy_on_the_remote_host(sshd, tmp_path: Path) -> None:
     with socket.socket() as listener:
         listener.bind(("127.0.0.1", 0))
         listener.listen()
@@ -366,7 +359,7 @@ def test_ssh_port_busy_on_the_remote_host(sshd, tmp_path: Path) -> None:  # noqa
     assert not (sshd.home / "remote" / f"tuner-{port}.pid").exists()
 
 
-def test_ssh_unreachable_host(sshd, tmp_path: Path) -> None:  # noqa: F811
+def test_ssh_unreachable_host(sshd, tmp_path: Path) -> None:
     closed = free_port()
     transport = SshTransport("127.0.0.1", port=closed, connect_timeout_s=3, control_dir=sshd.control_dir,
                              options=["UserKnownHostsFile=/dev/null", "StrictHostKeyChecking=no"])
@@ -390,7 +383,7 @@ def _verify_unit(path: Path) -> None:
     assert (done.stdout + done.stderr).strip() == "", done.stdout + done.stderr
 
 
-def test_systemd_unit_lifecycle(systemd_standin, tmp_path: Path) -> None:  # noqa: F811 - fixture
+def test_systemd_unit_lifecycle(systemd_standin, tmp_path: Path) -> None:
     port = free_port()
     spec = emulator_spec(port, "--max-running-requests", "256",
                          env={"NCCL_PROTO": "LL", "NCCL_MAX_NCHANNELS": "16"})
@@ -416,7 +409,7 @@ def test_systemd_unit_lifecycle(systemd_standin, tmp_path: Path) -> None:  # noq
     assert "fired up and ready to roll" in _log(tmp_path).read_text()
 
 
-def test_systemd_failed_unit_classified_from_journal(systemd_standin, tmp_path: Path) -> None:  # noqa: F811
+def test_systemd_failed_unit_classified_from_journal(systemd_standin, tmp_path: Path) -> None:
     launcher = make_launcher("systemd", engine=SGLANG, unit_dir=str(systemd_standin.unit_dir))
     launcher.start(emulator_spec(free_port(), "--mem-fraction-static", "0.5"),
                    log_path=_log(tmp_path), trial_label="trial-2")
@@ -427,7 +420,7 @@ def test_systemd_failed_unit_classified_from_journal(systemd_standin, tmp_path: 
     assert "Not enough memory" in _log(tmp_path).read_text()
 
 
-def test_systemd_port_busy(systemd_standin, tmp_path: Path) -> None:  # noqa: F811
+def test_systemd_port_busy(systemd_standin, tmp_path: Path) -> None:
     with socket.socket() as listener:
         listener.bind(("127.0.0.1", 0))
         listener.listen()
@@ -439,7 +432,7 @@ def test_systemd_port_busy(systemd_standin, tmp_path: Path) -> None:  # noqa: F8
     assert not (systemd_standin.unit_dir / f"tuner-{port}.service").exists()
 
 
-def test_systemd_over_ssh(sshd, systemd_standin, tmp_path: Path) -> None:  # noqa: F811 - fixtures
+def test_systemd_over_ssh(sshd, systemd_standin, tmp_path: Path) -> None:
     """The unit written, reloaded, restarted, read and stopped on the far side of ssh."""
     port = free_port()
     launcher = make_launcher(

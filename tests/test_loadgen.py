@@ -30,8 +30,9 @@ from tuner.loadgen import (
     warm_up,
 )
 from tuner.metrics import LevelMetrics, summarize
+from tuner.net import free_port
 from tuner.sim.model import PerfModel
-from tuner.sim.server import EmulatorProcess, free_port
+from tuner.sim.server import EmulatorProcess
 from tuner.sim.serving import simulate_sweep
 from tuner.workload import Workload
 

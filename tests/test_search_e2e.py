@@ -16,7 +16,8 @@ from pathlib import Path
 
 import optuna
 
-from tests.helpers import emulator_pids, free_port
+from tests.helpers import emulator_pids
+from tuner.net import free_port
 from tuner.study import load_study
 
 

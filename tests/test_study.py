@@ -6,41 +6,17 @@ import json
 import shutil
 import subprocess
 import sys
-import textwrap
-from pathlib import Path
 
 import optuna
 import pytest
 
+from tests.helpers import SMALL_SPACE as SPACE
 from tuner.backends import SimBackend
 from tuner.cli import main
 from tuner.objectives import Objective
 from tuner.space import load_space
 from tuner.study import Search, TrialRecord, load_study
 from tuner.units import parse_shell
-
-SPACE = textwrap.dedent("""
-    name: small
-    engine: sglang
-    hardware: rtx-pro-6000-pcie-x8
-    model: kimi-k2.6
-    launch:
-      command: [python3, -m, sglang.launch_server]
-      flags: {--model-path: /models/Kimi-K2.6, --tp-size: 8, --mem-fraction-static: 0.88,
-              --max-running-requests: 256, --num-continuous-decode-steps: 8}
-    parameters:
-      ep_size: {flag: --ep-size, type: categorical, choices: [1, 4, 8, 3]}
-      enable_eplb: {flag: --enable-eplb, type: bool}
-      disable_cuda_graph: {flag: --disable-cuda-graph, type: bool}
-    workload: {kind: burst, levels: [1, 64, 128], max_tokens: 512, single_max_tokens: 128}
-""")
-
-
-@pytest.fixture
-def space(workdir: Path):
-    path = workdir / "small.yaml"
-    path.write_text(SPACE)
-    return load_space(path)
 
 
 def make_search(space, budget, *, noise: float = 0.0, seed: int = 0, **kw) -> Search:

@@ -22,7 +22,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import textwrap
@@ -33,6 +32,7 @@ from pathlib import Path
 import optuna
 import pytest
 
+from tuner.net import free_port
 from tuner.study import load_study
 
 REPO = Path(__file__).resolve().parent.parent
@@ -55,12 +55,6 @@ pytestmark = [
 HEALTH_TIMEOUT_S = 300
 #: Whole study: 3 launches of ~1 minute, one refused launch (~20 s), sweeps of seconds.
 STUDY_TIMEOUT_S = 720
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def processes_with_env(marker: str) -> list[int]:
