@@ -44,10 +44,23 @@ def emulator_argv(
     ``flags`` (TP8 unless ``flags`` say otherwise) on ``127.0.0.1:port``."""
     sglang = list(flags) if "--tp-size" in flags else ["--tp-size", "8", *flags]
     return [
-        sys.executable, "-m", "tuner.sim.server",
-        "--hardware", "rtx-pro-6000-pcie-x8", "--model", "kimi-k2.6",
-        "--speedup", str(speedup), "--load-delay", str(load_delay),
-        "--", *sglang, "--host", "127.0.0.1", "--port", str(port),
+        sys.executable,
+        "-m",
+        "tuner.sim.server",
+        "--hardware",
+        "rtx-pro-6000-pcie-x8",
+        "--model",
+        "kimi-k2.6",
+        "--speedup",
+        str(speedup),
+        "--load-delay",
+        str(load_delay),
+        "--",
+        *sglang,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
     ]
 
 
@@ -99,8 +112,11 @@ def chat(base_url: str, max_tokens: int = 16) -> dict:
     """One short chat completion, as the load generator would send it."""
     import httpx
 
-    body = {"model": "kimi-k2.6", "messages": [{"role": "user", "content": "Say hello."}],
-            "max_tokens": max_tokens}
+    body = {
+        "model": "kimi-k2.6",
+        "messages": [{"role": "user", "content": "Say hello."}],
+        "max_tokens": max_tokens,
+    }
     response = httpx.post(f"{base_url}/v1/chat/completions", json=body, timeout=30, trust_env=False)
     response.raise_for_status()
     return response.json()
@@ -120,8 +136,9 @@ class SshServer:
 
     def transport(self, **kw) -> SshTransport:
         """An :class:`SshTransport` to ``localhost`` through this server."""
-        return SshTransport("localhost", config_file=self.config_file, control_dir=self.control_dir,
-                            connect_timeout_s=5, **kw)
+        return SshTransport(
+            "localhost", config_file=self.config_file, control_dir=self.control_dir, connect_timeout_s=5, **kw
+        )
 
 
 def _keygen(path: Path) -> None:
@@ -163,9 +180,13 @@ def sshd() -> Iterator[SshServer]:
             # distribution's service unit creates it at boot).
             Path("/run/sshd").mkdir(mode=0o755, parents=True, exist_ok=True)
         with open(root / "sshd.log", "wb") as sshd_log:
-            proc = subprocess.Popen([str(SSHD), "-D", "-e", "-f", str(root / "sshd_config")],
-                                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=sshd_log,
-                                    start_new_session=True)
+            proc = subprocess.Popen(
+                [str(SSHD), "-D", "-e", "-f", str(root / "sshd_config")],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=sshd_log,
+                start_new_session=True,
+            )
         try:
             if not wait_until(lambda: _accepts(port) or proc.poll() is not None, 10):
                 pytest.fail("sshd did not start listening")
@@ -222,10 +243,14 @@ def systemd_standin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> SystemdS
             "#!/bin/sh\n"
             f"TUNER_STANDIN_UNIT_DIR={shlex.quote(str(unit_dir))} "
             f"TUNER_STANDIN_STATE_DIR={shlex.quote(str(state_dir))} "
-            f"exec {shlex.quote(sys.executable)} {shlex.quote(str(STANDIN))} {tool} \"$@\"\n"
+            f'exec {shlex.quote(sys.executable)} {shlex.quote(str(STANDIN))} {tool} "$@"\n'
         )
         script.chmod(0o755)
-    standin = SystemdStandin(unit_dir=unit_dir, state_dir=state_dir, systemctl=bin_dir / "systemctl",
-                             journalctl=bin_dir / "journalctl")
+    standin = SystemdStandin(
+        unit_dir=unit_dir,
+        state_dir=state_dir,
+        systemctl=bin_dir / "systemctl",
+        journalctl=bin_dir / "journalctl",
+    )
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}")
     return standin

@@ -118,13 +118,25 @@ def _status(unit: str) -> dict[str, str]:
     stopped = _state_file(unit, "stopped").exists()
     pid = int(pid_text) if pid_text and pid_text.isdigit() else 0
     if pid and status is None and _pid_alive(pid):
-        return {"ActiveState": "active", "SubState": "running", "Result": "success",
-                "ExecMainCode": "0", "ExecMainStatus": "0", "MainPID": str(pid)}
+        return {
+            "ActiveState": "active",
+            "SubState": "running",
+            "Result": "success",
+            "ExecMainCode": "0",
+            "ExecMainStatus": "0",
+            "MainPID": str(pid),
+        }
     code, value = (status or "0 0").split()
     failed = not stopped and status is not None and not (code == "1" and value == "0")
     result = "success" if not failed else ("exit-code" if code == "1" else "signal")
-    return {"ActiveState": "failed" if failed else "inactive", "SubState": "failed" if failed else "dead",
-            "Result": result, "ExecMainCode": code, "ExecMainStatus": value, "MainPID": "0"}
+    return {
+        "ActiveState": "failed" if failed else "inactive",
+        "SubState": "failed" if failed else "dead",
+        "Result": result,
+        "ExecMainCode": code,
+        "ExecMainStatus": value,
+        "MainPID": "0",
+    }
 
 
 def _stop(unit: str) -> None:
@@ -155,8 +167,13 @@ def _restart(unit: str) -> int:
     _stop(unit)
     for kind in ("pid", "status", "stopped"):
         _state_file(unit, kind).unlink(missing_ok=True)
-    subprocess.Popen([sys.executable, __file__, "_supervise", unit], stdin=subprocess.DEVNULL,
-                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    subprocess.Popen(
+        [sys.executable, __file__, "_supervise", unit],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
         if _read(_state_file(unit, "pid")) or _read(_state_file(unit, "status")):
@@ -179,8 +196,15 @@ def _supervise(unit: str) -> int:
     cwd = keys.get("WorkingDirectory", [None])[-1]
     with open(_state_file(unit, "log"), "wb") as log:
         try:
-            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                    env=env, cwd=cwd, start_new_session=True)
+            proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                cwd=cwd,
+                start_new_session=True,
+            )
         except OSError as exc:
             log.write(f"Failed to execute {argv[0]}: {exc.strerror}\n".encode())
             _state_file(unit, "status").write_text("1 203\n")

@@ -125,7 +125,7 @@ def make_backend(space: Space, args: argparse.Namespace, study_name: str, settin
     if args.noise < 0:
         raise UsageError("--noise must be >= 0")
     if args.backend == "sim":
-        if not getattr(space.engine, "simulated", True):
+        if not space.engine.simulated:
             raise UsageError(
                 f"{space.source}: engine {space.spec.engine!r} has no simulator; "
                 "run it on a real server with --backend local|ssh|systemd"
@@ -168,7 +168,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--workers must be at least 1")
     storage = args.storage or settings.storage_url() or default_storage_url(study_name)
     extra_start: list[dict] = []
-    if args.warm_start == "sim" and not getattr(space.engine, "simulated", True):
+    if args.warm_start == "sim" and not space.engine.simulated:
         raise UsageError(f"--warm-start sim: engine {space.spec.engine!r} has no simulator")
     if args.warm_start == "sim":
         from tuner.profiles import ProfileError

@@ -217,8 +217,7 @@ class Launcher(ABC):
                     if remaining <= 0:
                         raise LaunchFailure(
                             "timeout",
-                            f"{self.health_url()} not healthy within {timeout_s:g} s "
-                            f"(last state: {state})",
+                            f"{self.health_url()} not healthy within {timeout_s:g} s (last state: {state})",
                         )
                     self._pause(min(poll_s, remaining))
         except BaseException:

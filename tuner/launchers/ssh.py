@@ -123,7 +123,10 @@ class SshLauncher(Launcher):
         # stop_server: a pid from the file may have been reused by an unrelated process
         # (after a reboot): only a live leader whose command line carries our marker is
         # ours; a dead leader with live group members (orphaned workers) is ours too.
-        return _GROUP_ALIVE + PORT_STATE_SH + f"""
+        return (
+            _GROUP_ALIVE
+            + PORT_STATE_SH
+            + f"""
 stop_server() {{
   pidfile={q(self._pid_file)}
   [ -s "$pidfile" ] || return 0
@@ -154,6 +157,7 @@ probe() {{
   return 0
 }}
 """
+        )
 
     def _start_script(self, spec: LaunchSpec, port: int, *, port_checked: bool) -> str:
         """Stop a leftover server, check the port, launch; prints ``port busy|unknown``
@@ -169,10 +173,16 @@ probe() {{
             f"{command} > {q(self._remote_log)} 2>&1 < /dev/null; "
             f"echo $? > {q(self._status_file)}.tmp; mv -f {q(self._status_file)}.tmp {q(self._status_file)}"
         )
-        check = "" if port_checked else f"""
+        check = (
+            ""
+            if port_checked
+            else f"""
 state=$(port_state {port})
 if [ "$state" != free ]; then echo "port $state"; exit 0; fi"""
-        return self._functions() + f"""
+        )
+        return (
+            self._functions()
+            + f"""
 mkdir -p -- {q(self.remote_dir)} || exit 1
 stop_server{check}
 rm -f {q(self._status_file)} {q(self._pid_file)}
@@ -182,6 +192,7 @@ i=0
 while [ ! -s {q(self._pid_file)} ] && [ "$i" -lt 200 ]; do sleep 0.05; i=$((i+1)); done
 echo "pid $(cat {q(self._pid_file)} 2>/dev/null)"
 """
+        )
 
     def _probe_script(self) -> str:
         return self._functions() + f"probe {self._log_offset + 1}\n"
@@ -204,19 +215,24 @@ echo "pid $(cat {q(self._pid_file)} 2>/dev/null)"
         answer = done.stdout.decode("utf-8", errors="replace").split()
         if answer[:2] == ["port", "unknown"]:  # no ss/netstat there: try to connect instead
             if not self.transport._port_connects(bind_host, port):
-                done = self.transport.run(self._start_script(spec, port, port_checked=True),
-                                          timeout_s=timeout_s)
+                done = self.transport.run(
+                    self._start_script(spec, port, port_checked=True), timeout_s=timeout_s
+                )
                 answer = done.stdout.decode("utf-8", errors="replace").split()
             else:
                 answer = ["port", "busy"]
         if answer[:2] == ["port", "busy"]:
-            raise LaunchFailure("port-busy", f"port {port} on {self.transport.host} is already in use; "
-                                "nothing launched")
+            raise LaunchFailure(
+                "port-busy", f"port {port} on {self.transport.host} is already in use; nothing launched"
+            )
         if done.stderr.strip():
             logger.info(f"{self.transport.host}: {last_line(done.stderr)}")
         if len(answer) != 2 or answer[0] != "pid" or not answer[1].isdigit():
-            raise LaunchFailure("crash", f"could not start the server on {self.transport.host}: "
-                                f"{last_line(done.stderr) or 'no pid file written'}")
+            raise LaunchFailure(
+                "crash",
+                f"could not start the server on {self.transport.host}: "
+                f"{last_line(done.stderr) or 'no pid file written'}",
+            )
         self.pgid = int(answer[1])
         self._owned = True
         self._launched()
@@ -265,11 +281,14 @@ echo "pid $(cat {q(self._pid_file)} 2>/dev/null)"
         if not self._release():
             return
         try:
-            done = self.transport.run(self._stop_script(),
-                                      timeout_s=self.stop_grace_s + self.transport.connect_timeout_s + 30)
+            done = self.transport.run(
+                self._stop_script(), timeout_s=self.stop_grace_s + self.transport.connect_timeout_s + 30
+            )
         except Exception as exc:  # stop() never raises
-            logger.warning(f"stopping {self.trial_label} on {self.transport.host} failed: {exc}; "
-                           "the next start on this port stops it through the pid file")
+            logger.warning(
+                f"stopping {self.trial_label} on {self.transport.host} failed: {exc}; "
+                "the next start on this port stops it through the pid file"
+            )
             return
         self._apply_probe(done.stdout)
 

@@ -94,8 +94,13 @@ class SystemdLauncher(Launcher):
         """The host the unit runs on, for messages."""
         return self.transport.host if self.transport is not None else "localhost"
 
-    def _run(self, argv: Sequence[str], *, root: bool = True, timeout_s: float | None = None,
-             ) -> subprocess.CompletedProcess[bytes]:
+    def _run(
+        self,
+        argv: Sequence[str],
+        *,
+        root: bool = True,
+        timeout_s: float | None = None,
+    ) -> subprocess.CompletedProcess[bytes]:
         argv = [*(self.sudo if root else ()), *argv]
         timeout_s = timeout_s or self.command_timeout_s
         if self.transport is not None:
@@ -105,14 +110,18 @@ class SystemdLauncher(Launcher):
         except FileNotFoundError as exc:
             raise UsageError(f"cannot run {argv[0]!r}: {exc.strerror}") from exc
         except subprocess.TimeoutExpired:
-            raise LaunchFailure("timeout", f"{shlex.join(argv)} did not finish within {timeout_s:g} s"
-                                ) from None
+            raise LaunchFailure(
+                "timeout", f"{shlex.join(argv)} did not finish within {timeout_s:g} s"
+            ) from None
 
     def _systemctl(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[bytes]:
         done = self._run([self.systemctl, *args])
         if check and done.returncode != 0:
-            raise LaunchFailure("crash", f"systemctl {' '.join(args)} on {self.where} failed: "
-                                f"{last_line(done.stderr) or f'exit status {done.returncode}'}")
+            raise LaunchFailure(
+                "crash",
+                f"systemctl {' '.join(args)} on {self.where} failed: "
+                f"{last_line(done.stderr) or f'exit status {done.returncode}'}",
+            )
         return done
 
     def _write_unit(self, text: str) -> None:
@@ -151,8 +160,11 @@ class SystemdLauncher(Launcher):
         from tuner.units import render_systemd_unit
 
         # Restart=no: a trial that fails must fail once, visibly, not loop on restarts.
-        options = {"description": f"tuner {self.trial_label}: {spec.engine} server", "restart": "no",
-                   **self.unit_options}
+        options = {
+            "description": f"tuner {self.trial_label}: {spec.engine} server",
+            "restart": "no",
+            **self.unit_options,
+        }
         return render_systemd_unit(spec, **options)
 
     # -- the interface -------------------------------------------------------------
@@ -168,11 +180,15 @@ class SystemdLauncher(Launcher):
         text = self.render_unit(spec)
         # A unit of the same name left running (a killed tuner run) holds the port: stop it.
         self._systemctl("stop", self.unit, check=False)
-        busy = (self.transport.port_in_use(bind_host, port) if self.transport is not None
-                else local_port_in_use(bind_host, port))
+        busy = (
+            self.transport.port_in_use(bind_host, port)
+            if self.transport is not None
+            else local_port_in_use(bind_host, port)
+        )
         if busy:
-            raise LaunchFailure("port-busy", f"port {port} on {self.where} is already in use; "
-                                "nothing launched")
+            raise LaunchFailure(
+                "port-busy", f"port {port} on {self.where} is already in use; nothing launched"
+            )
         self._write_unit(text)
         self._systemctl("daemon-reload")
         self._systemctl("reset-failed", self.unit, check=False)
@@ -185,8 +201,10 @@ class SystemdLauncher(Launcher):
                 self._refresh_state()
                 self._fetch_log()
                 failure = self.classify_exit()
-                raise LaunchFailure(failure.reason, f"systemctl restart {self.unit}: "
-                                    f"{last_line(done.stderr)}; {failure.message}")
+                raise LaunchFailure(
+                    failure.reason,
+                    f"systemctl restart {self.unit}: {last_line(done.stderr)}; {failure.message}",
+                )
             if self.transport is not None:
                 self.tunnel = self.transport.open_tunnel(self._host, port)
         except BaseException:
@@ -266,9 +284,18 @@ class SystemdLauncher(Launcher):
     def _fetch_log(self) -> None:
         """The unit's journal since this launch, into the trial's log file (verbatim
         messages, ``-o cat``, so log patterns see what the server printed)."""
-        argv = [self.journalctl, "-u", self.unit, "--no-pager", "-n", str(self.log_lines),
-                "--since", f"@{self._since}", "-o", "cat"]
+        argv = [
+            self.journalctl,
+            "-u",
+            self.unit,
+            "--no-pager",
+            "-n",
+            str(self.log_lines),
+            "--since",
+            f"@{self._since}",
+            "-o",
+            "cat",
+        ]
         done = self._run(argv)
         if done.returncode == 0 and self.log_path is not None:
             self.log_path.write_bytes(done.stdout)
-

@@ -85,9 +85,12 @@ class SshTransport:
             control_dir = self.control_dir or _default_control_dir()
             control_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
             argv += [
-                "-o", "ControlMaster=auto",
-                "-o", f"ControlPath={control_dir}/%C",
-                "-o", f"ControlPersist={self.control_persist}",
+                "-o",
+                "ControlMaster=auto",
+                "-o",
+                f"ControlPath={control_dir}/%C",
+                "-o",
+                f"ControlPersist={self.control_persist}",
             ]
         else:
             argv += ["-o", "ControlMaster=no", "-o", "ControlPath=none"]
@@ -160,8 +163,9 @@ class SshTransport:
 
     def _port_connects(self, host: str, port: int, settle_s: float = 3.0) -> bool:
         argv = [*self.ssh_argv(), "-W", f"{connect_host(host)}:{port}", "--", self.host]
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.PIPE)
+        proc = subprocess.Popen(
+            argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+        )
         try:
             _, err = proc.communicate(timeout=settle_s)
         except subprocess.TimeoutExpired:
@@ -224,23 +228,36 @@ class SshTunnel:
                 return
             last_error = self._error_text()
             self.close()
-            if re.search(r"Could not resolve|Connection refused|timed out|Permission denied|No route",
-                         last_error):
+            if re.search(
+                r"Could not resolve|Connection refused|timed out|Permission denied|No route", last_error
+            ):
                 break
-        raise LaunchFailure("unreachable",
-                            f"ssh port forward to {self.transport.host} failed: {last_line(last_error)}")
+        raise LaunchFailure(
+            "unreachable", f"ssh port forward to {self.transport.host} failed: {last_line(last_error)}"
+        )
 
     def _start(self, port: int) -> bool:
         forward = f"127.0.0.1:{port}:{self.remote_host}:{self.remote_port}"
         argv = [
             *self.transport.ssh_argv(multiplex=False),
-            "-N", "-o", "ExitOnForwardFailure=yes", "-L", forward, "--", self.transport.host,
+            "-N",
+            "-o",
+            "ExitOnForwardFailure=yes",
+            "-L",
+            forward,
+            "--",
+            self.transport.host,
         ]
         # stderr to a file: every refused forwarded connection (server still starting)
         # logs a line, which would fill a pipe that nobody reads.
         self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 - closed in close()
-        self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                     stderr=self._stderr, start_new_session=True)
+        self.proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=self._stderr,
+            start_new_session=True,
+        )
         deadline = time.monotonic() + self.transport.connect_timeout_s + 10
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
