@@ -1,9 +1,9 @@
 """Serving-engine adapters: flag names, launch rules and rendering per engine.
 
 :func:`get` returns the adapter a search-space file names in its ``engine`` field.
-Each engine module defines ``ENGINE``, an object satisfying
-:class:`tuner.engines.base.Engine`; adding an engine is a module and a line in
-:data:`ENGINES`.
+Each engine module defines ``ENGINE``, an instance of a subclass of
+:class:`tuner.engines.base.Engine` (the interface callers use); adding an engine is a
+module and a line in :data:`ENGINES`.
 """
 
 from __future__ import annotations
