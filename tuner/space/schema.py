@@ -1,0 +1,62 @@
+"""The space file's model: what a YAML document may say (parameters: :mod:`tuner.space.parameters`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import Field
+
+from tuner.objectives import Objective
+from tuner.space.fields import Bundle, EnvName, FlagName, FlagValue, Scalar, Strict
+from tuner.space.parameters import Parameter
+from tuner.workload import Workload
+
+#: file suffixes of spaces (and of profile files a space names)
+SPACE_SUFFIXES = (".yaml", ".yml")
+
+__all__ = ["SPACE_SUFFIXES", "Bundle", "Constraint", "Launch", "Parameter", "SpaceFile", "UnitSettings"]
+
+
+class UnitSettings(Strict):
+    """systemd unit settings for the rendered service (see tuner.units)."""
+
+    description: str | None = None
+    user: str | None = None
+    working_directory: str | None = None
+    environment_file: str | None = None
+
+
+class Launch(Strict):
+    """The fixed part of every launch."""
+
+    command: list[str] = Field(min_length=1)
+    flags: dict[FlagName, FlagValue] = Field(default_factory=dict)
+    env: dict[EnvName, Scalar] = Field(default_factory=dict)
+    #: interpreter for rendered units: replaces command[0] when it is python/python3
+    python: str | None = None
+    unit: UnitSettings = UnitSettings()
+
+
+class Constraint(Strict):
+    """A condition every configuration must meet; ``reason`` is what a violation reports."""
+
+    expr: str
+    reason: str | None = None
+
+
+class SpaceFile(Strict):
+    """The YAML document, as validated."""
+
+    name: str = Field(min_length=1)
+    engine: str = "sglang"
+    description: str = ""
+    hardware: str
+    model: str
+    launch: Launch
+    parameters: dict[str, Parameter] = Field(default_factory=dict)
+    constraints: list[Constraint] = Field(default_factory=list)
+    workload: Workload = Workload()
+    objective: Objective = Objective()
+    #: configurations measured first (a warm start: e.g. the known-good settings of a hand-run
+    #: campaign); a parameter left out takes the first value of its domain.
+    start: list[dict[str, Any]] = Field(default_factory=list)
