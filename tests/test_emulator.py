@@ -18,7 +18,9 @@ import time
 import httpx
 import pytest
 
-from tuner.sim.server import READY_LINE, EmulatorProcess, free_port, token_text
+from tuner.sim.emulator_app import token_text
+from tuner.sim.emulator_process import EmulatorProcess, free_port
+from tuner.sim.server import READY_LINE
 
 TP8 = ["--tp-size", "8"]
 #: Requests finish in milliseconds at this speedup (a decode step of ~10 ms becomes 0.1 ms).
