@@ -19,7 +19,9 @@ import httpx
 import pytest
 
 from tuner.net import free_port
-from tuner.sim.server import READY_LINE, EmulatorProcess, token_text
+from tuner.sim.emulator_app import token_text
+from tuner.sim.emulator_process import EmulatorProcess
+from tuner.sim.server import READY_LINE
 
 TP8 = ["--tp-size", "8"]
 #: Requests finish in milliseconds at this speedup (a decode step of ~10 ms becomes 0.1 ms).

@@ -8,7 +8,8 @@ cap and the KV pool allow (reserving ``new_token_ratio`` of each request's remai
 ``--num-continuous-decode-steps`` decode steps in which every running request gets one
 token; a request that finishes inside an iteration keeps its batch slot until the
 iteration ends; when the KV pool runs out the requests with the fewest output tokens
-are retracted and re-queued.
+are retracted and re-queued. Those decisions are
+:class:`~tuner.sim.scheduler.SglangScheduler`'s, the same object the simulation asks.
 
 Each step lasts what :class:`~tuner.sim.model.PerfModel` says, divided by ``speedup``.
 The loop keeps a virtual clock and computes steps ahead of real time for at most one
@@ -45,12 +46,7 @@ import numpy as np
 
 from tuner.sim.lengths import reply_lengths
 from tuner.sim.model import PerfModel
-from tuner.sim.serving import (
-    CLIP_MAX_NEW_TOKENS,
-    INIT_NEW_TOKEN_RATIO,
-    MIN_NEW_TOKEN_RATIO,
-    NEW_TOKEN_RATIO_DECAY,
-)
+from tuner.sim.scheduler import SglangScheduler
 
 #: Shortest real time between two chunks of one stream (seconds): steps shorter than
 #: this are coalesced into one chunk. 2 ms is below any ITL a client cares about.
@@ -149,19 +145,13 @@ class RealtimeEngine:
         self.max_chunks_per_s = max_chunks_per_s
         self.clock = clock
         self.stats = EngineStats()
-        self._rng = np.random.default_rng(seed)
-        self._launch_factor = float(self._rng.lognormal(0.0, noise)) if noise > 0 else 1.0
-        mem = perf.memory
-        self._kv_cap = int(mem.kv_tokens)
-        self._run_cap = int(mem.max_running_requests)
-        self._chunk = int(mem.chunked_prefill_size)
-        self._steps_per_iter = max(1, int(perf.args.num_continuous_decode_steps))
+        #: SGLang's decisions (admission, retraction, step noise).
+        self.policy = SglangScheduler(perf, rng=np.random.default_rng(seed), noise=noise)
         self._waiting: deque[Generation] = deque()
         self._running: dict[int, Generation] = {}
         self._finish_heap: list[tuple[int, int, int, Generation]] = []  # (step, rid, g0, gen)
         self._kv_sum = 0  # sum of prompt + generated over the running batch, at a boundary
         self._steps = 0
-        self._ratio = INIT_NEW_TOKEN_RATIO
         self._warm = False
         self._released: list[Generation] = []  # not running, but with tokens to release
         self._cancelled_running: list[Generation] = []
@@ -260,34 +250,31 @@ class RealtimeEngine:
 
     def _admit(self) -> list[Generation]:
         """SGLang's admission: running cap, and the KV pool with new-token reservations."""
+        running = self._running.values()
+        if not self._waiting or not self.policy.has_room(len(running)):
+            return []
+        n = self.policy.admit(
+            self._kv_sum,
+            np.fromiter((g.max_tokens - self._generated(g) for g in running), np.int64, len(running)),
+            (
+                (g.prompt_tokens + g.gen_fixed, g.max_tokens - g.gen_fixed)
+                for g in self._waiting
+                if not g.cancelled
+            ),
+        )
         admitted: list[Generation] = []
-        if not self._waiting or len(self._running) >= self._run_cap:
-            return admitted
-        ratio = self._ratio
-        reserved = float(self._kv_sum)
-        for g in self._running.values():
-            reserved += min(g.max_tokens - self._generated(g), CLIP_MAX_NEW_TOKENS) * ratio
-        while self._waiting and len(self._running) + len(admitted) < self._run_cap:
-            g = self._waiting[0]
+        while len(admitted) < n:
+            g = self._waiting.popleft()
             if g.cancelled:
-                self._waiting.popleft()
                 self._cancelled_waiting = max(0, self._cancelled_waiting - 1)
                 continue
-            est = g.prompt_tokens + g.gen_fixed + min(g.max_tokens - g.gen_fixed, CLIP_MAX_NEW_TOKENS) * ratio
-            if reserved + est > self._kv_cap and (self._running or admitted):
-                break
-            self._waiting.popleft()
             g.state = "prefill"
             admitted.append(g)
-            reserved += est
         if admitted:
             # A request is admitted no earlier than it arrived (matters only when the loop
             # has fallen behind real time).
             self._t_v = max(self._t_v, max(g.arrival for g in admitted))
         return admitted
-
-    def _jitter(self) -> float:
-        return max(0.5, 1.0 + self.noise * float(self._rng.standard_normal())) if self.noise > 0 else 1.0
 
     async def _prefill(self, admitted: list[Generation]) -> None:
         """Prefill the admitted requests (plus the output of retracted ones) in chunks; each
@@ -300,8 +287,8 @@ class RealtimeEngine:
         total = sum(needs)
         pos, i, cum = 0, 0, needs[0]
         while pos < total:
-            n = min(self._chunk, total - pos)
-            self._advance(float(pm.prefill_s(n)) * self._jitter() * self._launch_factor)
+            n = min(self.policy.chunked_prefill_size, total - pos)
+            self._advance(self.policy.step_s(float(pm.prefill_s(n))))
             self.stats.prefill_chunks += 1
             pos += n
             while i < len(admitted) and cum <= pos:
@@ -335,19 +322,16 @@ class RealtimeEngine:
     async def _decode_iteration(self) -> None:
         """``num_continuous_decode_steps`` decode steps of the running batch."""
         b = len(self._running)
-        k = self._steps_per_iter
-        free = self._kv_cap - self._kv_sum
-        if free < b * k:
-            k = free // b
-            if k < 1:
-                self._retract()
-                return
+        k = self.policy.decode_steps(b, self._kv_sum, self.policy.steps_per_iteration)
+        if not k:
+            self._retract()
+            return
         pm, heap = self.perf, self._finish_heap
         start_steps = self._steps
         kv0 = self._kv_sum
         ended: list[Generation] = []
         for j in range(k):
-            self._advance(float(pm.decode_step_s(b, kv0 + b * j)) * self._jitter() * self._launch_factor)
+            self._advance(self.policy.step_s(float(pm.decode_step_s(b, kv0 + b * j))))
             self._steps += 1
             self.stats.decode_steps += 1
             while heap and heap[0][0] <= self._steps:
@@ -358,7 +342,7 @@ class RealtimeEngine:
                         self._finish(g)
             await self._pace()
         # Iteration boundary: finished and cancelled requests leave the batch.
-        self._ratio = max(MIN_NEW_TOKEN_RATIO, self._ratio - NEW_TOKEN_RATIO_DECAY * k)
+        self.policy.decayed(k)
         gone = ended + [g for g in self._cancelled_running if not g.finished]
         self._cancelled_running.clear()
         kv = kv0 + b * k
@@ -374,24 +358,20 @@ class RealtimeEngine:
         self._kv_sum = kv
 
     def _retract(self) -> None:
-        """Free KV by re-queueing the requests with the fewest output tokens (SGLang's order)."""
-        order = sorted(self._running.values(), key=self._generated)
-        b = len(order)
-        used = self._kv_sum
+        """Free KV as the policy says: its victims go back to the head of the queue, in
+        retraction order, with the tokens they have (re-prefilled on admission)."""
+        batch = list(self._running.values())
+        generated = np.array([self._generated(g) for g in batch], dtype=np.int64)
+        kv = np.array([g.prompt_tokens for g in batch], dtype=np.int64) + generated
         requeue = []
-        for g in order:
-            if used + b * self._steps_per_iter <= self._kv_cap or b <= 1:
-                break
-            gen = self._generated(g)
-            used -= g.prompt_tokens + gen
-            b -= 1
+        for i in self.policy.retract(generated, kv, self._kv_sum):
+            g = batch[i]
+            self._kv_sum -= int(kv[i])
             del self._running[g.rid]
-            g.gen_fixed, g.g0, g.state = gen, -1, "waiting"
+            g.gen_fixed, g.g0, g.state = int(generated[i]), -1, "waiting"
             requeue.append(g)
             self.stats.retracted += 1
         self._waiting.extendleft(reversed(requeue))
-        self._kv_sum = used
-        self._ratio = INIT_NEW_TOKEN_RATIO
 
     # --- pacing and release ---------------------------------------------------------------
     def _advance(self, model_s: float) -> None:

@@ -7,7 +7,9 @@ prefills them in chunks of ``--chunked-prefill-size`` tokens (decode pauses), th
 runs ``--num-continuous-decode-steps`` decode steps in which every running request
 gets one token; requests that finish inside an iteration keep their batch slot until
 it ends. When the KV pool runs out mid-decode, the requests with the fewest output
-tokens are retracted and re-queued, as SGLang does.
+tokens are retracted and re-queued, as SGLang does. Those decisions, and the step noise,
+are :class:`~tuner.sim.scheduler.SglangScheduler`'s, shared with the realtime emulator;
+this module is the event loop around them.
 
 The output is the list of per-request records a real measurement gives, so the same
 metrics code reads both. Time jumps from event to event: long stretches of decode are
@@ -28,15 +30,9 @@ from tuner.metrics import LevelMetrics, summarize
 from tuner.records import LevelRecords, RequestRecord
 from tuner.sim.lengths import SHORT_CHAT_PROMPT_TOKENS, reply_lengths
 from tuner.sim.model import PerfModel
+from tuner.sim.scheduler import SglangScheduler
 from tuner.workload import Workload
 
-#: SGLang's scheduler constants (SGLANG_INIT_NEW_TOKEN_RATIO, the 0.14 min factor, and
-#: SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS).
-INIT_NEW_TOKEN_RATIO = 0.7
-MIN_NEW_TOKEN_RATIO = INIT_NEW_TOKEN_RATIO * 0.14
-NEW_TOKEN_RATIO_DECAY = (INIT_NEW_TOKEN_RATIO - MIN_NEW_TOKEN_RATIO) / 600
-#: SGLang clips the max_new_tokens used in that estimate (CLIP_MAX_NEW_TOKENS_ESTIMATION).
-CLIP_MAX_NEW_TOKENS = 4096
 #: Default noise: per-launch and per-step relative standard deviation (a few percent).
 DEFAULT_NOISE = 0.02
 #: How many scheduler iterations one decode segment may span while requests wait, so that
@@ -68,9 +64,9 @@ class ServingSimulator:
 
     def __init__(self, model: PerfModel, *, seed: int = 0, noise: float = DEFAULT_NOISE):
         self.model = model
-        self.noise = noise
         self.rng = np.random.default_rng(seed)
-        self.launch_factor = float(self.rng.lognormal(0.0, noise)) if noise > 0 else 1.0
+        #: SGLang's decisions; shares the random stream (arrivals, reply lengths, noise).
+        self.policy = SglangScheduler(model, rng=self.rng, noise=noise)
         self.clock = 0.0
         self.warm = False
         self.decode_steps = 0
@@ -130,16 +126,15 @@ class ServingSimulator:
         With ``closed_loop_stop``, each finished request is replaced at once by a new one
         from the same client until that time (the level grows as it runs).
         """
-        pm, mem = self.model, self.model.memory
-        steps_per_iter = pm.args.num_continuous_decode_steps
-        chunk = mem.chunked_prefill_size
-        kv_cap, run_cap = mem.kv_tokens, mem.max_running_requests
+        pm, policy = self.model, self.policy
+        steps_per_iter = policy.steps_per_iteration
+        chunk = policy.chunked_prefill_size
         pending: list[tuple[float, int]] = [(float(a), i) for i, a in enumerate(lvl.arrival)]
         heapq.heapify(pending)
         waiting: deque[int] = deque()
         running = np.zeros(0, dtype=np.int64)
         kv_len = np.zeros(0, dtype=np.int64)  # KV tokens held by each running request
-        ratio = INIT_NEW_TOKEN_RATIO
+        policy.reset_ratio()
         t = self.clock
         step_times: list[np.ndarray] = []
         step_base = self.decode_steps
@@ -154,18 +149,16 @@ class ServingSimulator:
                 waiting.append(heapq.heappop(pending)[1])
             # Admission.
             admitted: list[int] = []
-            if waiting and len(running) < run_cap:
-                remaining = lvl.max_tokens[running] - lvl.generated[running]
-                reserved = float(kv_len.sum() + (np.minimum(remaining, CLIP_MAX_NEW_TOKENS) * ratio).sum())
-                while waiting and len(running) + len(admitted) < run_cap:
-                    r = waiting[0]
-                    need = int(lvl.prompt[r] + lvl.generated[r])
-                    est = need + min(lvl.max_tokens[r] - lvl.generated[r], CLIP_MAX_NEW_TOKENS) * ratio
-                    if reserved + est > kv_cap and (len(running) or admitted):
-                        break
-                    waiting.popleft()
-                    admitted.append(r)
-                    reserved += est
+            if waiting:
+                n_admit = policy.admit(
+                    int(kv_len.sum()),
+                    lvl.max_tokens[running] - lvl.generated[running],
+                    (
+                        (int(lvl.prompt[r] + lvl.generated[r]), lvl.max_tokens[r] - lvl.generated[r])
+                        for r in waiting
+                    ),
+                )
+                admitted = [waiting.popleft() for _ in range(n_admit)]
             if admitted:
                 adm = np.array(admitted, dtype=np.int64)
                 need = lvl.prompt[adm] + lvl.generated[adm]
@@ -179,7 +172,7 @@ class ServingSimulator:
                 chunk_end_times = []
                 while pos < total:
                     n = min(chunk, total - pos)
-                    t += pm.prefill_s(n) * self._jitter() * self.launch_factor
+                    t += policy.step_s(pm.prefill_s(n))
                     pos += n
                     chunk_end_times.append((pos, t))
                 # A request's first (next) token arrives when its last prompt chunk is done.
@@ -216,18 +209,12 @@ class ServingSimulator:
             if waiting or pending:
                 iters = min(iters, MAX_ITERATIONS_PER_SEGMENT_WHEN_WAITING)
             k = iters * steps_per_iter
-            free = kv_cap - int(kv_len.sum())
-            if free < b * k:
-                fit = free // b
-                if fit < 1:
-                    running, kv_len, ratio = self._retract(lvl, running, kv_len, waiting, kv_cap)
-                    continue
-                k = fit
+            k = policy.decode_steps(b, int(kv_len.sum()), k)
+            if not k:
+                running, kv_len = self._retract(lvl, running, kv_len, waiting)
+                continue
             ctx = kv_len.sum() + b * np.arange(k)
-            dt = np.asarray(pm.decode_step_s(b, ctx), dtype=float) * self.launch_factor
-            if self.noise > 0:
-                dt = dt * np.clip(1.0 + self.noise * self.rng.standard_normal(k), 0.5, None)
-            times = t + np.cumsum(dt)
+            times = t + np.cumsum(policy.steps_s(pm.decode_step_s(b, ctx)))
             if pending:
                 # Stop at the iteration boundary after the next arrival.
                 cut = int(np.searchsorted(times, pending[0][0]))
@@ -243,7 +230,7 @@ class ServingSimulator:
                 lvl.ranges[r].append((first_step, g))
             lvl.generated[running] += gen_now
             kv_len = kv_len + gen_now
-            ratio = max(MIN_NEW_TOKEN_RATIO, ratio - NEW_TOKEN_RATIO_DECAY * k)
+            policy.decayed(k)
             done = lvl.generated[running] >= lvl.target[running]
             if done.any():
                 fin = running[done]
@@ -283,21 +270,14 @@ class ServingSimulator:
         return extra
 
     def _retract(
-        self, lvl: _Level, running: np.ndarray, kv_len: np.ndarray, waiting: deque, kv_cap: int
-    ) -> tuple[np.ndarray, np.ndarray, float]:
-        """Free KV by re-queueing the requests with the fewest output tokens (SGLang's order)."""
-        order = np.argsort(lvl.generated[running], kind="stable")  # fewest first
+        self, lvl: _Level, running: np.ndarray, kv_len: np.ndarray, waiting: deque
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Free KV as the policy says: its victims go back to the head of the queue."""
         keep = np.ones(len(running), dtype=bool)
-        b = len(running)
-        used = int(kv_len.sum())
-        for i in order:
-            if used + b * self.model.args.num_continuous_decode_steps <= kv_cap or b <= 1:
-                break
+        for i in self.policy.retract(lvl.generated[running], kv_len, int(kv_len.sum())):
             keep[i] = False
-            used -= int(kv_len[i])
-            b -= 1
             waiting.appendleft(int(running[i]))
-        return running[keep], kv_len[keep], INIT_NEW_TOKEN_RATIO
+        return running[keep], kv_len[keep]
 
     def _assemble_tokens(self, lvl: _Level, steps: np.ndarray, base: int) -> None:
         self._token_times = []
@@ -326,9 +306,6 @@ class ServingSimulator:
                 )
             )
         return LevelRecords(concurrency=c, records=recs, started=started, ended=ended, max_tokens=max_tokens)
-
-    def _jitter(self) -> float:
-        return max(0.5, 1.0 + self.noise * float(self.rng.standard_normal())) if self.noise > 0 else 1.0
 
 
 def simulate_sweep(
