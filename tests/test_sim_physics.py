@@ -51,8 +51,12 @@ def test_nvlink_spends_far_less_of_the_step_in_all_reduce(model):
     # (Neither checkpoint fits 8x H100 80 GB, so the NVLink side is the H200 profile.)
     pcie = PerfModel.build(HW, model, BASE, {})
     nv = PerfModel.build("h200-sxm-x8", model, BASE, {})
-    for b in (1, 64, 256):
+    # Bandwidth-bound batches: far less. One stream is latency-bound on both (NCCL picks LL for
+    # small messages on PCIe too, ~25 us against ~8 us), and the NVLink host's step is also
+    # shorter, so the share is lower but not halved.
+    for b in (64, 256):
         assert nv.allreduce_share(b) < 0.5 * pcie.allreduce_share(b)
+    assert nv.allreduce_share(1) < 0.6 * pcie.allreduce_share(1)
 
 
 def test_too_big_a_checkpoint_fails_to_load():
@@ -62,8 +66,11 @@ def test_too_big_a_checkpoint_fails_to_load():
 
 
 def test_ll_protocol_helps_small_batches_and_hurts_large_ones_on_pcie():
+    # NCCL's tuner already picks LL for small messages: forcing it costs one stream nothing,
+    # forcing Simple costs it the Simple latency; forced LL loses at large batches.
     default, ll = build(), build(env={"NCCL_PROTO": "LL"})
-    assert ll.decode_step_s(1, 500) < default.decode_step_s(1, 500)
+    simple = build(env={"NCCL_PROTO": "Simple"})
+    assert ll.decode_step_s(1, 500) <= default.decode_step_s(1, 500) < simple.decode_step_s(1, 500)
     assert ll.decode_step_s(256, 256 * 1000) > default.decode_step_s(256, 256 * 1000)
 
 
