@@ -68,7 +68,7 @@ DENSE_BANDWIDTH_EFFICIENCY = 0.80
 #: Achieved bandwidth of the INT4/FP8 fused-MoE kernels at full expert width (estimate), and
 #: the per-GPU expert width (intermediate columns) at which they reach half of it. TP8 slices
 #: each 2048-wide expert into 256 columns, too narrow for full-width tiles. Calibrated to the
-#: peak of TP8 (~1291 tok/s) against TP8+EP8 (~1500-1538 tok/s).
+#: peak of TP8 (~1291 tok/s, tuned NCCL) against TP8+EP8 (~1500-1538 tok/s, NCCL defaults).
 MOE_BANDWIDTH_EFFICIENCY = 0.92
 MOE_HALF_EFFICIENCY_WIDTH = 128
 #: Achieved bandwidth of MLA decode attention reading the latent KV cache (estimate).
@@ -93,7 +93,8 @@ EAGER_LAUNCH_US_PER_LAYER = 670.0
 #: launch time is otherwise hidden).
 EAGER_SERIALISED_FRACTION = 0.3
 #: Per-MoE-layer cost of SGLang's non-DeepEP expert-parallel path (token permutation,
-#: masked grouped GEMM launch, un-permutation). Calibrated to TP8+EP8 C=1 ~65 tok/s.
+#: masked grouped GEMM launch, un-permutation). Calibrated to TP8+EP8 C=1 ~65 tok/s (at NCCL
+#: defaults, as measured).
 EP_DISPATCH_US_PER_LAYER = 62.0
 #: Real routers are skewed: the per-GPU count of touched experts varies more than uniform
 #: routing predicts. Variance multiplier of the busiest-group estimate (estimate).
