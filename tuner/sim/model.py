@@ -132,7 +132,7 @@ PP_HOP_LATENCY_US = 30.0
 #: first token after. It runs in other processes, so it delays the request, not the batch.
 #: Calibrated to the public C=1 TTFTs (``tuner/data/calibration/public.yaml``: 8x H200 Kimi
 #: K2.5 and 8x B200 DeepSeek-R1, ~610-token prompts, 126-177 ms measured, of which the
-#: model's prefill forward is 15-35 ms).
+#: model's prefill forward is ~40 ms).
 REQUEST_OVERHEAD_S = 0.120
 
 # --- first request ------------------------------------------------------------------------

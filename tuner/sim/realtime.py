@@ -78,6 +78,9 @@ class Generation:
     max_tokens: int
     target: int
     arrival: float
+    #: when the scheduler sees it: arrival plus the model's per-request overhead (HTTP,
+    #: tokenizer), which delays this request and not the batch
+    ready: float = 0.0
     event: asyncio.Event = field(default_factory=asyncio.Event)
     #: tokens generated as of decode step ``g0`` (``g0 < 0``: not in the running batch)
     gen_fixed: int = 0
@@ -189,6 +192,7 @@ class RealtimeEngine:
             target=target,
             arrival=self.clock(),
         )
+        gen.ready = gen.arrival + self.perf.request_overhead_s / self.speedup
         self._waiting.append(gen)
         self._open[rid] = gen
         self.stats.submitted += 1
@@ -239,6 +243,7 @@ class RealtimeEngine:
             if admitted:
                 await self._prefill(admitted)
             if not self._running:
+                await self._until_ready()
                 continue
             await self._decode_iteration()
 
@@ -273,6 +278,8 @@ class RealtimeEngine:
                 self._waiting.popleft()
                 self._cancelled_waiting = max(0, self._cancelled_waiting - 1)
                 continue
+            if g.ready > self._t_v:
+                break
             est = g.prompt_tokens + g.gen_fixed + min(g.max_tokens - g.gen_fixed, CLIP_MAX_NEW_TOKENS) * ratio
             if reserved + est > self._kv_cap and (self._running or admitted):
                 break
@@ -285,6 +292,14 @@ class RealtimeEngine:
             # has fallen behind real time).
             self._t_v = max(self._t_v, max(g.arrival for g in admitted))
         return admitted
+
+    async def _until_ready(self) -> None:
+        """Nothing runs and the first waiting request is still in its per-request overhead:
+        wait for it (the clock moves on to when the scheduler sees it)."""
+        if self._waiting and self._waiting[0].ready > self._t_v:
+            ready = self._waiting[0].ready
+            await asyncio.sleep(max(0.0, ready - self.clock()))
+            self._t_v = max(self._t_v, ready)
 
     def _jitter(self) -> float:
         return max(0.5, 1.0 + self.noise * float(self._rng.standard_normal())) if self.noise > 0 else 1.0
