@@ -255,9 +255,10 @@ def test_objectives_single_goodput_pareto_and_the_single_stream_floor(space):
     for r in goodput:
         if r.outcome == "complete":
             assert 0 <= r.value <= max(lv["output_tok_s"] for lv in r.attrs["levels"]) + 1e-6
-    floor = study(Objective(min_single_stream=60), "floor")
+    # EP8 at NCCL defaults streams ~65 tok/s on the reference host (measured), TP8 ~98.
+    floor = study(Objective(min_single_stream=70), "floor")
     ep8 = floor[0]
-    assert ep8.attrs["levels"][0]["output_tok_s"] < 60 and "min_single_stream" in ep8.attrs["violations"]
+    assert ep8.attrs["levels"][0]["output_tok_s"] < 70 and "min_single_stream" in ep8.attrs["violations"]
     from tuner.study import best_record
 
     search = Search(
@@ -265,8 +266,8 @@ def test_objectives_single_goodput_pareto_and_the_single_stream_floor(space):
         SimBackend(space.hardware, space.model),
         study_name="floor",
         storage="sqlite:///studies/floor.db",
-        objective=Objective(min_single_stream=60),
+        objective=Objective(min_single_stream=70),
         budget=4,
     )
     best = best_record(search.study)
-    assert best is not None and best.attrs["levels"][0]["output_tok_s"] >= 60
+    assert best is not None and best.attrs["levels"][0]["output_tok_s"] >= 70

@@ -42,12 +42,28 @@ class Interconnect(_Strict):
     deepep_penalty: float
 
 
+class KernelPath(_Strict):
+    """Step costs of one kernel path on one GPU: a routed-expert weight format (``int4``,
+    ``fp8``, ``bf16``) run with one attention backend. Fitted figures; sources in the file."""
+
+    #: Kernel-boundary time per layer of a decode step replayed from a CUDA graph.
+    graph_overhead_us_per_layer: float
+    #: Serial decode-attention time per cached token per layer of one sequence: what one
+    #: sequence's attention costs when the kernel cannot spread it over the whole GPU
+    #: (small batches, long context). Large batches are bound by KV bandwidth instead.
+    attention_ns_per_token_per_layer: float = 0.0
+
+
 class HardwareProfile(_Strict):
     id: str
     name: str
     gpu_count: int
     gpu: GPU
     interconnect: Interconnect
+    #: SGLang's default attention backend for MLA models on this GPU.
+    attention_backend: str = "default"
+    #: Step costs per kernel path, keyed ``<weight format>/<attention backend>``.
+    kernel_paths: dict[str, KernelPath] = {}
 
 
 class Attention(_Strict):

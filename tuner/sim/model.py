@@ -34,7 +34,7 @@ import numpy as np
 from tuner import profiles
 from tuner.engines import sglang
 from tuner.failures import LaunchFailure
-from tuner.profiles import HardwareProfile, ModelProfile
+from tuner.profiles import HardwareProfile, KernelPath, ModelProfile
 from tuner.sim import nccl
 
 GIB = 2**30
@@ -42,13 +42,18 @@ GIB = 2**30
 # --- memory ---------------------------------------------------------------------------
 #: SGLang's derived --mem-fraction-static on 96 GB cards with TP8 (DESIGN notes: ~0.88).
 DEFAULT_MEM_FRACTION_STATIC = 0.88
-#: CUDA-graph capture memory: a fixed pool plus a per-captured-batch-size slice (estimate;
-#: puts the capture OOM of the reference config between mem-fraction 0.92 and 0.93).
-CUDA_GRAPH_BASE_GIB = 0.4
-CUDA_GRAPH_PER_BS_GIB = 0.008
-#: Prefill activation workspace per chunk token, in multiples of one hidden vector
-#: (hidden states, MLA q/kv projections, MoE dispatch buffers; estimate).
-ACTIVATION_HIDDEN_MULTIPLE = 24
+#: CUDA-graph capture memory: a fixed pool plus a per-captured-batch-size slice (estimate,
+#: bounded by two launches on 96 GB cards with Kimi K2.6: the reference config, TP8 with 256
+#: captured sizes at NCCL defaults, fails capture at --mem-fraction-static 0.95; TP8 EP8 with
+#: fp8 KV, --chunked-prefill-size 32768 and 512 captured sizes runs at 0.9).
+CUDA_GRAPH_BASE_GIB = 2.0
+CUDA_GRAPH_PER_BS_GIB = 0.0075
+#: Prefill activation workspace per chunk token, in multiples of one hidden vector (estimate:
+#: SGLang's fused-MoE buffer holds top-k (8) expert outputs per token and is reused across
+#: layers; the residual stream, its normalised copy and the MLA projections at 1/tp of the
+#: heads fit beside it in reused buffers). 24 put the 32768-token launch above at 10.5 GiB,
+#: more than the 9.6 GiB that --mem-fraction-static 0.9 leaves, although it runs.
+ACTIVATION_HIDDEN_MULTIPLE = 8
 #: Bytes of one activation element (BF16).
 ACTIVATION_BYTES = 2
 #: SGLang caps max_running_requests at max_total_num_tokens // 2 (model_runner).
@@ -63,16 +68,22 @@ DENSE_BANDWIDTH_EFFICIENCY = 0.80
 #: Achieved bandwidth of the INT4/FP8 fused-MoE kernels at full expert width (estimate), and
 #: the per-GPU expert width (intermediate columns) at which they reach half of it. TP8 slices
 #: each 2048-wide expert into 256 columns, too narrow for full-width tiles. Calibrated to the
-#: peak of TP8 (~1291 tok/s) against TP8+EP8 (~1500-1538 tok/s).
-MOE_BANDWIDTH_EFFICIENCY = 0.95
+#: peak of TP8 (~1291 tok/s, tuned NCCL) against TP8+EP8 (~1500-1538 tok/s, NCCL defaults).
+MOE_BANDWIDTH_EFFICIENCY = 0.92
 MOE_HALF_EFFICIENCY_WIDTH = 128
 #: Achieved bandwidth of MLA decode attention reading the latent KV cache (estimate).
 ATTENTION_BANDWIDTH_EFFICIENCY = 0.85
 #: Achieved fraction of dense tensor peak in large GEMMs (prefill; estimate).
 COMPUTE_EFFICIENCY = 0.45
 #: Kernel-boundary time per layer when the step replays a CUDA graph (~12 kernels per
-#: layer at ~2-3 us each). Calibrated to TP8 C=1 ~98 tok/s.
+#: layer at ~2-3 us each), for a kernel path the hardware profile does not list. The listed
+#: paths carry their own fitted value (``kernel_paths`` in ``tuner/data/hardware``); this
+#: one is the reference host's (calibrated to TP8 C=1 ~98 tok/s before paths were split).
 GRAPH_OVERHEAD_US_PER_LAYER = 56.0
+#: Routed-expert bytes per parameter at or below which the weights are a 4-bit format
+#: (INT4 group-quantised: 0.5 + scales), and at or below which they are 8-bit.
+INT4_MAX_BYTES_PER_PARAM = 0.75
+FP8_MAX_BYTES_PER_PARAM = 1.25
 #: CPU launch time per layer without CUDA graphs (eager PyTorch, ~12 kernels at ~40 us of
 #: Python and launch each). Calibrated to "TP8 without CUDA graphs ~4x slower at C=1".
 EAGER_LAUNCH_US_PER_LAYER = 670.0
@@ -82,7 +93,8 @@ EAGER_LAUNCH_US_PER_LAYER = 670.0
 #: launch time is otherwise hidden).
 EAGER_SERIALISED_FRACTION = 0.3
 #: Per-MoE-layer cost of SGLang's non-DeepEP expert-parallel path (token permutation,
-#: masked grouped GEMM launch, un-permutation). Calibrated to TP8+EP8 C=1 ~65 tok/s.
+#: masked grouped GEMM launch, un-permutation). Calibrated to TP8+EP8 C=1 ~65 tok/s (at NCCL
+#: defaults, as measured).
 EP_DISPATCH_US_PER_LAYER = 62.0
 #: Real routers are skewed: the per-GPU count of touched experts varies more than uniform
 #: routing predicts. Variance multiplier of the busiest-group estimate (estimate).
@@ -99,9 +111,12 @@ SCHEDULER_PER_REQUEST_US = 12.0
 OVERLAP_HIDDEN_FRACTION = 0.7
 
 # --- EPLB -------------------------------------------------------------------------------
-#: Per-MoE-layer cost of EPLB's expert-distribution recording in every step (a
-#: device-to-host synchronisation per layer). Calibrated to "EP8 + EPLB: C=1 crushed ~8x".
-EPLB_RECORD_US_PER_LAYER = 1400.0
+#: Per-MoE-layer cost of EPLB's expert-distribution recording in every step: a
+#: device-to-host synchronisation per layer, host-side work that overlaps the GPU's the way
+#: eager kernel launches do (see EAGER_SERIALISED_FRACTION), so it crushes one stream and
+#: hides in part behind the long steps of a large batch. Calibrated to "EP8 + EPLB: C=1
+#: crushed ~8x" together with "peak ~40% below EP8".
+EPLB_RECORD_US_PER_LAYER = 1900.0
 #: SGLang's default --eplb-rebalance-num-iterations.
 EPLB_REBALANCE_ITERATIONS = 1000
 #: Share of each GPU's expert weights moved by one rebalance (estimate).
@@ -110,6 +125,15 @@ EPLB_MOVED_FRACTION = 0.25
 # --- pipeline parallelism -----------------------------------------------------------------
 #: Latency of one stage-to-stage activation send (P2P, small message; estimate).
 PP_HOP_LATENCY_US = 30.0
+
+# --- time to first token ------------------------------------------------------------------
+#: Per-request latency outside the GPU forward, on the path of the first token: HTTP and
+#: tokenization before the scheduler sees the request, detokenization and streaming of the
+#: first token after. It runs in other processes, so it delays the request, not the batch.
+#: Calibrated to the public C=1 TTFTs (``tuner/data/calibration/public.yaml``: 8x H200 Kimi
+#: K2.5 and 8x B200 DeepSeek-R1, ~610-token prompts, 126-177 ms measured, of which the
+#: model's prefill forward is ~40 ms).
+REQUEST_OVERHEAD_S = 0.120
 
 # --- first request ------------------------------------------------------------------------
 #: Extra latency of the first request after start-up (JIT/Triton autotuning of shapes not
@@ -156,6 +180,23 @@ class _Layout:
     pp: int
 
 
+def weight_format(model: ModelProfile) -> str:
+    """The routed experts' weight format (``int4``, ``fp8`` or ``bf16``), which selects the
+    expert kernels of a kernel path."""
+    b = model.precision.routed_expert_bytes_per_param
+    if b <= INT4_MAX_BYTES_PER_PARAM:
+        return "int4"
+    return "fp8" if b <= FP8_MAX_BYTES_PER_PARAM else "bf16"
+
+
+def kernel_path(hw: HardwareProfile, model: ModelProfile) -> tuple[str, KernelPath]:
+    """The kernel path a launch runs on this hardware: its key and its step costs (the
+    defaults of this module when the profile does not list the path)."""
+    key = f"{weight_format(model)}/{hw.attention_backend}"
+    default = KernelPath(graph_overhead_us_per_layer=GRAPH_OVERHEAD_US_PER_LAYER)
+    return key, hw.kernel_paths.get(key, default)
+
+
 def expected_busiest_experts(
     batch: float, experts: int, top_k: int, groups: int, overdispersion: float
 ) -> float:
@@ -192,8 +233,10 @@ class PerfModel:
         self.nccl = nccl.resolve(env or {}, hw.interconnect)
         self.allreduce = nccl.AllReduceModel(self.nccl, hw.interconnect)
         self.layout = self._layout()
+        self.path_key, self.path = kernel_path(hw, model)
         self.memory = self._memory_plan()
         self.first_request_extra_s = FIRST_REQUEST_EXTRA_S
+        self.request_overhead_s = REQUEST_OVERHEAD_S
         self._graph_bs = self.memory.cuda_graph_max_bs if self.args.cuda_graph_enabled else 0
         self._base_cache: dict[int, tuple[float, float, float]] = {}
 
@@ -345,20 +388,31 @@ class PerfModel:
             t_comm += lay.moe_layers * EP_DISPATCH_US_PER_LAYER * 1e-6
         gpu_s = t_dense + t_moe + t_comm
         eager_cpu = lay.layers * EAGER_LAUNCH_US_PER_LAYER * 1e-6
-        graph_overhead = lay.layers * GRAPH_OVERHEAD_US_PER_LAYER * 1e-6
+        graph_overhead = lay.layers * self.path.graph_overhead_us_per_layer * 1e-6
         fixed = 0.0
         if a.enable_eplb:
-            fixed += lay.moe_layers * EPLB_RECORD_US_PER_LAYER * 1e-6
             moved = (
                 EPLB_MOVED_FRACTION * lay.moe_layers * m.moe.routed_experts * self._expert_bytes() / lay.tp
             )
             fixed += moved / (self.hw.interconnect.p2p_gbs * 1e9) / EPLB_REBALANCE_ITERATIONS
         return gpu_s + graph_overhead, eager_cpu, fixed
 
+    def _eplb_record_s(self) -> float:
+        """Host time of EPLB's per-layer expert-count recording in one forward (0 without EPLB)."""
+        if not self.args.enable_eplb:
+            return 0.0
+        return self.layout.moe_layers * EPLB_RECORD_US_PER_LAYER * 1e-6
+
     def _kv_seconds_per_token(self) -> float:
-        """Seconds of attention per cached context token in one decode step (one stage)."""
+        """Seconds of attention per cached context token in one decode step (one stage),
+        when the batch is large enough for the kernel to stream KV at full bandwidth."""
         bw = self.hw.gpu.memory_bandwidth_gbs * 1e9 * ATTENTION_BANDWIDTH_EFFICIENCY
         return self.memory.kv_bytes_per_token / bw / self.layout.dp
+
+    def _serial_attention_seconds_per_token(self) -> float:
+        """Seconds of one sequence's decode attention per cached token (all layers of a stage)
+        on this kernel path: the floor when few sequences cannot fill the GPU."""
+        return self.path.attention_ns_per_token_per_layer * 1e-9 * self.layout.layers
 
     def _decode_base(self, batch: int) -> tuple[float, float, float]:
         """(GPU s without KV, eager CPU launch s or 0, fixed s) of a decode iteration of ``batch``."""
@@ -370,6 +424,7 @@ class PerfModel:
         gpu_s, eager_cpu, fixed = self._forward_parts(micro)
         if 0 < batch <= self._graph_bs:
             eager_cpu = 0.0  # graph replay: the CPU launches one graph, not every kernel
+        eager_cpu += self._eplb_record_s()
         hops = 0.0
         if lay.pp > 1:
             msg = micro * self.model.hidden_size * ACTIVATION_BYTES
@@ -391,15 +446,36 @@ class PerfModel:
         if batch <= 0:
             return 0.0
         gpu_s, eager_cpu, fixed = self._decode_base(batch)
-        gpu = gpu_s + self._kv_seconds_per_token() * context_tokens
+        # Attention: KV streaming over the whole batch, or the longest sequence's serial
+        # attention on this kernel path (context per sequence), whichever binds.
+        attention = np.maximum(
+            self._kv_seconds_per_token() * context_tokens,
+            self._serial_attention_seconds_per_token() * context_tokens / batch,
+        )
+        gpu = gpu_s + attention
         if eager_cpu:
             gpu = np.maximum(gpu, eager_cpu) + EAGER_SERIALISED_FRACTION * np.minimum(gpu, eager_cpu)
         return gpu + fixed
 
     # --- prefill ----------------------------------------------------------------------------
+    def _prefill_attention_flops(self, tokens: int) -> float:
+        """FLOPs per GPU of prefill attention over a chunk of ``tokens`` new tokens of one
+        sequence (causal: each token attends to the ones before it, ``tokens**2 / 2`` pairs).
+
+        MLA prefill runs as ordinary multi-head attention on decompressed keys and values:
+        per pair and head, ``2*(qk_nope + qk_rope)`` FLOPs for the score and ``2*v_head`` for
+        the weighted sum. A chunk holding several short prompts is counted as one sequence
+        (an upper bound); a long prompt's later chunks also attend to its earlier ones (left
+        out): the two errors pull opposite ways and both are small below ~8k tokens.
+        """
+        a, lay = self.model.attention, self.layout
+        per_pair = 2 * (a.qk_nope_head_dim + a.qk_rope_head_dim + a.v_head_dim) * a.heads
+        return per_pair * tokens * tokens / 2 * lay.layers / lay.attn_tp
+
     @lru_cache(maxsize=512)  # noqa: B019 - one model per launch; bounded
     def prefill_s(self, tokens: int) -> float:
-        """Seconds of one prefill forward over ``tokens`` new tokens (a chunk), all stages."""
+        """Seconds of one prefill forward over ``tokens`` new tokens (a chunk), all stages:
+        the active parameters' GEMMs and the attention, or the weights read, whichever binds."""
         if tokens <= 0:
             return 0.0
         m, gpu, lay = self.model, self.hw.gpu, self.layout
@@ -407,9 +483,9 @@ class PerfModel:
             gpu.dense_tflops.get(m.precision.compute, gpu.dense_tflops["bf16"]) * 1e12 * COMPUTE_EFFICIENCY
         )
         active = m.active_params / lay.tp / lay.pp
-        t_compute = 2 * tokens * active / flops
+        t_compute = (2 * tokens * active + self._prefill_attention_flops(tokens)) / flops
         gpu_s, eager_cpu, fixed = self._forward_parts(float(tokens))
-        stage = max(gpu_s, t_compute, eager_cpu)
+        stage = max(gpu_s, t_compute, eager_cpu + self._eplb_record_s())
         return stage * lay.pp + fixed + SCHEDULER_BASE_US * 1e-6
 
     # --- descriptions -----------------------------------------------------------------------

@@ -17,6 +17,9 @@ from tuner.profiles import Interconnect
 PROTOCOLS = ("LL", "LL128", "Simple")
 #: NCCL_P2P_LEVEL path types, nearest first (NCCL docs: LOC, NVL, PIX, PXB, PHB, SYS).
 P2P_LEVELS = ("LOC", "NVL", "PIX", "PXB", "PHB", "SYS")
+#: NCCL_P2P_LEVEL's legacy integer form (NCCL docs, "NCCL_P2P_LEVEL"): LOC=0, PIX=1, PXB=2,
+#: PHB=3, SYS=4; NVL has no integer. NCCL clamps larger integers to SYS.
+P2P_LEVEL_NUMBERS = ("LOC", "PIX", "PXB", "PHB", "SYS")
 #: Algorithms NCCL offers; NVLS and CollNet need NVLink SHARP / a SHARP network.
 ALGORITHMS = ("Ring", "Tree", "NVLS", "NVLSTree", "CollNetDirect", "CollNetChain", "PAT")
 _NEEDS_NVLINK = {"NVLS", "NVLSTree"}
@@ -129,8 +132,8 @@ def resolve(env: Mapping[str, str], link: Interconnect) -> NcclConfig:
     p2p = env.get("NCCL_P2P_DISABLE", "0").strip() not in ("1", "true", "True")
     level = env.get("NCCL_P2P_LEVEL", "").strip().upper()
     if p2p and level:
-        if level.isdigit():  # NCCL also accepts the numeric form (0 = LOC ... 5 = SYS)
-            level = P2P_LEVELS[min(int(level), len(P2P_LEVELS) - 1)]
+        if level.isdigit():
+            level = P2P_LEVEL_NUMBERS[min(int(level), len(P2P_LEVEL_NUMBERS) - 1)]
         if level in P2P_LEVELS:
             p2p = P2P_LEVELS.index(link.topology_path) <= P2P_LEVELS.index(level)
     return NcclConfig(tuple(allowed), forced, first, channels, nthreads, buffsize, p2p)

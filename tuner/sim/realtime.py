@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import asyncio
 import heapq
+import itertools
 import time
 from collections import deque
 from collections.abc import Callable
@@ -74,6 +75,9 @@ class Generation:
     max_tokens: int
     target: int
     arrival: float
+    #: when the scheduler sees it: arrival plus the model's per-request overhead (HTTP,
+    #: tokenizer), which delays this request and not the batch
+    ready: float = 0.0
     event: asyncio.Event = field(default_factory=asyncio.Event)
     #: tokens generated as of decode step ``g0`` (``g0 < 0``: not in the running batch)
     gen_fixed: int = 0
@@ -179,6 +183,7 @@ class RealtimeEngine:
             target=target,
             arrival=self.clock(),
         )
+        gen.ready = gen.arrival + self.perf.request_overhead_s / self.speedup
         self._waiting.append(gen)
         self._open[rid] = gen
         self.stats.submitted += 1
@@ -229,6 +234,7 @@ class RealtimeEngine:
             if admitted:
                 await self._prefill(admitted)
             if not self._running:
+                await self._until_ready()
                 continue
             await self._decode_iteration()
 
@@ -258,7 +264,9 @@ class RealtimeEngine:
             np.fromiter((g.max_tokens - self._generated(g) for g in running), np.int64, len(running)),
             (
                 (g.prompt_tokens + g.gen_fixed, g.max_tokens - g.gen_fixed)
-                for g in self._waiting
+                # the queue is in arrival order: admission stops at the first request still in
+                # its per-request overhead (not yet seen by the scheduler)
+                for g in itertools.takewhile(lambda g: g.ready <= self._t_v, self._waiting)
                 if not g.cancelled
             ),
         )
@@ -275,6 +283,14 @@ class RealtimeEngine:
             # has fallen behind real time).
             self._t_v = max(self._t_v, max(g.arrival for g in admitted))
         return admitted
+
+    async def _until_ready(self) -> None:
+        """Nothing runs and the first waiting request is still in its per-request overhead:
+        wait for it (the clock moves on to when the scheduler sees it)."""
+        if self._waiting and self._waiting[0].ready > self._t_v:
+            ready = self._waiting[0].ready
+            await asyncio.sleep(max(0.0, ready - self.clock()))
+            self._t_v = max(self._t_v, ready)
 
     async def _prefill(self, admitted: list[Generation]) -> None:
         """Prefill the admitted requests (plus the output of retracted ones) in chunks; each

@@ -32,8 +32,8 @@ import uvicorn
 
 from tuner import profiles
 from tuner.failures import LaunchFailure
-from tuner.sim.emulator_app import Emulator, token_text
 from tuner.net import free_port
+from tuner.sim.emulator_app import Emulator, token_text
 from tuner.sim.emulator_process import EmulatorProcess
 from tuner.sim.model import PerfModel
 from tuner.sim.realtime import DEFAULT_CHUNK_INTERVAL_S, DEFAULT_MAX_CHUNKS_PER_S

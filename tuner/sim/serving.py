@@ -129,7 +129,10 @@ class ServingSimulator:
         pm, policy = self.model, self.policy
         steps_per_iter = policy.steps_per_iteration
         chunk = policy.chunked_prefill_size
-        pending: list[tuple[float, int]] = [(float(a), i) for i, a in enumerate(lvl.arrival)]
+        # A request reaches the scheduler after its HTTP/tokenizer latency (the model's
+        # per-request overhead, counted in its time to first token).
+        delay = pm.request_overhead_s
+        pending: list[tuple[float, int]] = [(float(a) + delay, i) for i, a in enumerate(lvl.arrival)]
         heapq.heapify(pending)
         waiting: deque[int] = deque()
         running = np.zeros(0, dtype=np.int64)
@@ -266,7 +269,7 @@ class ServingSimulator:
         lvl.end = np.concatenate([lvl.end, np.full(extra, np.nan)])
         lvl.ranges.extend([] for _ in range(extra))
         for i, a in enumerate(ends):
-            heapq.heappush(pending, (float(a), n0 + i))
+            heapq.heappush(pending, (float(a) + self.model.request_overhead_s, n0 + i))
         return extra
 
     def _retract(
