@@ -34,7 +34,8 @@ from tuner.annotate import (
 )
 from tuner.cli import main
 from tuner.commands.dashboard import dashboard_url
-from tuner.study import best_record, load_study, resolve_storage
+from tuner.estimates import best_record
+from tuner.storage import load_study, resolve_storage
 
 needs_chromium = pytest.mark.skipif(
     CHROMIUM is None, reason="headless Chromium is not installed (Debian: apt-get install chromium)"

@@ -33,7 +33,7 @@ from pathlib import Path
 import optuna
 import pytest
 
-from tuner.study import load_study
+from tuner.storage import load_study
 
 REPO = Path(__file__).resolve().parent.parent
 VENV = Path(os.environ.get("TUNER_VLLM_VENV", REPO / ".venv-vllm"))
