@@ -35,7 +35,7 @@ from _common import RESULTS, load_best, machine, reference_space, write_result
 from _tables import format_targets, markdown_table
 
 from studies import ARG_CHECK_S, GRID_TIERS, HANDPICKED, run_jobs
-from tuner.backends import SIM_STARTUP_S
+from tuner.measurers import SIM_STARTUP_S
 from tuner.sim.serving import DEFAULT_NOISE
 
 README = Path(__file__).parent.parent / "README.md"

@@ -23,12 +23,12 @@ sys.path.insert(0, str(Path(__file__).parent))
 from _common import reference_space
 
 from tests.postgres import pg_bin, postgres_server
-from tuner.backends import SimBackend
+from tuner.measurers import SimMeasurer
 from tuner.objectives import Objective
 from tuner.study import Search
 
 
-class TimedSim(SimBackend):
+class TimedSim(SimMeasurer):
     def __init__(self, *a, **kw):
         super().__init__(*a, **kw)
         self.spent = 0.0

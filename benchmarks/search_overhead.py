@@ -10,13 +10,13 @@ from __future__ import annotations
 import tempfile
 import time
 
-from tuner.backends import SimBackend
+from tuner.measurers import SimMeasurer
 from tuner.objectives import Objective
 from tuner.space import DEFAULT_SPACE, load_space, resolve_space
 from tuner.study import Search
 
 
-class TimedSim(SimBackend):
+class TimedSim(SimMeasurer):
     spent = 0.0
 
     def measure(self, *args, **kwargs):

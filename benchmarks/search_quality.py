@@ -22,10 +22,11 @@ sys.path.insert(0, str(Path(__file__).parent))
 from _common import reference_space
 from space_best import RESULT, true_value
 
-from tuner.backends import SimBackend
+from tuner.estimates import best_record
+from tuner.measurers import SimMeasurer
 from tuner.objectives import Objective
 from tuner.sim.serving import DEFAULT_NOISE
-from tuner.study import Search, best_record
+from tuner.study import Search
 
 
 def run_study(
@@ -33,7 +34,7 @@ def run_study(
 ) -> tuple[Search, float]:
     search = Search(
         space,
-        SimBackend(space.hardware, space.model, noise=noise),
+        SimMeasurer(space.hardware, space.model, noise=noise),
         study_name=f"s{seed}",
         storage=f"sqlite:///{tmp}/s{seed}.db",
         objective=Objective(),

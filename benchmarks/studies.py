@@ -47,8 +47,8 @@ from _common import FULL_SWEEP, reference_space
 from space_best import true_value
 
 from tuner import estimates
-from tuner.backends import Measurement, SimBackend
 from tuner.failures import LaunchFailure
+from tuner.measurers import Measurement, SimMeasurer
 from tuner.objectives import Objective
 from tuner.sim.calibration import REFERENCE_NCCL
 from tuner.sim.serving import DEFAULT_NOISE
@@ -160,9 +160,9 @@ class StudyResult:
         return sum(self.server_s[:budget]) / 3600
 
 
-# --- backends and search variants ------------------------------------------------------------
-class BenchBackend(SimBackend):
-    """The simulator backend; a launch refused at argument parsing costs :data:`ARG_CHECK_S`."""
+# --- measurers and search variants ------------------------------------------------------------
+class BenchMeasurer(SimMeasurer):
+    """The simulator measurer; a launch refused at argument parsing costs :data:`ARG_CHECK_S`."""
 
     def measure(self, *args: Any, **kwargs: Any) -> Measurement:
         m = super().measure(*args, **kwargs)
@@ -217,7 +217,7 @@ def _search(
     space = space if space is not None else _space()
     search = cls(
         space,
-        BenchBackend(space.hardware, space.model, noise=job.noise),
+        BenchMeasurer(space.hardware, space.model, noise=job.noise),
         study_name="bench",
         storage=f"sqlite:///{tmp}/bench.db",
         objective=_objective(space),

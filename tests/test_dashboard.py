@@ -34,8 +34,9 @@ from tuner.annotate import (
 )
 from tuner.cli import main
 from tuner.commands.dashboard import dashboard_url
+from tuner.estimates import best_record
 from tuner.net import free_port
-from tuner.study import best_record, load_study, resolve_storage
+from tuner.storage import load_study, resolve_storage
 
 needs_chromium = pytest.mark.skipif(
     CHROMIUM is None, reason="headless Chromium is not installed (Debian: apt-get install chromium)"

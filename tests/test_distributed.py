@@ -135,7 +135,7 @@ def test_three_workers_on_postgres_end_with_exactly_the_budget(workdir: Path):
         assert len({t.number for t in trials}) == len(trials)
         for t in finished:
             assert t.user_attrs["outcome"] in ("complete", "reused", "pruned", "infeasible", "failed")
-            assert "config_key" in t.user_attrs and "flags" in t.user_attrs
+            assert "config_key" in t.user_attrs and "argv" in t.user_attrs
             if t.user_attrs["outcome"] in ("complete", "reused", "pruned"):
                 assert t.user_attrs["levels"], t.number
             assert "s3cret-pw" not in repr(t.user_attrs)

@@ -11,7 +11,7 @@ import pytest
 from optuna.distributions import CategoricalDistribution
 from optuna.trial import TrialState
 
-from tuner import effects, estimates
+from tuner import effects, estimates, trial_record
 from tuner.metrics import LevelMetrics
 from tuner.objectives import Objective
 
@@ -95,7 +95,7 @@ def test_a_lucky_run_of_a_value_that_did_poorly_elsewhere_is_discounted():
 
 
 def test_a_pruned_trial_counts_with_the_objective_it_measured_before_the_cut():
-    kept = _trial(1, 1, 0, 0.0, state=TrialState.PRUNED, **{estimates.PARTIAL_VALUE: 400.0})
+    kept = _trial(1, 1, 0, 0.0, state=TrialState.PRUNED, **{trial_record.PARTIAL_VALUE: 400.0})
     cut_early = _trial(2, 1, 1, 0.0, state=TrialState.PRUNED)
     assert estimates.observed(kept) == 400.0
     assert estimates.observed(cut_early) is None

@@ -11,9 +11,10 @@ from optuna.trial import TrialState
 
 from tests.test_study import make_search
 from tuner import estimates
+from tuner.estimates import best_record
 from tuner.sim.serving import DEFAULT_NOISE
 from tuner.space import load_space, resolve_space
-from tuner.study import MODEL_PICK, REPEAT_OF, best_record
+from tuner.trial_record import MODEL_PICK, REPEAT_OF
 
 REFERENCE = "kimi-k2.6-8x-rtx-pro-6000"
 DIST = {"ep_size": CategoricalDistribution([1, 4, 8])}

@@ -36,7 +36,7 @@ BUDGET = 6
 CHILD = textwrap.dedent("""
     import sys
     from tuner import logging as tuner_logging
-    from tuner.backends import SimBackend
+    from tuner.measurers import SimMeasurer
     from tuner.objectives import Objective
     from tuner.progress import Progress
     from tuner.space import DEFAULT_SPACE, load_space, resolve_space
@@ -47,7 +47,7 @@ CHILD = textwrap.dedent("""
     space = load_space(resolve_space(DEFAULT_SPACE))
     progress = Progress(space, tick_s=0.2, plain_interval_s=plain_interval)
     search = Search(
-        space, SimBackend(space.hardware, space.model), study_name="progress",
+        space, SimMeasurer(space.hardware, space.model), study_name="progress",
         storage="sqlite:///studies/progress.db", objective=Objective(), seed=7, budget=budget,
         on_trial=progress.trial_done, on_level=progress.level_done,
     )

@@ -26,7 +26,7 @@ from tuner.report import (
     pareto_front,
     render_markdown,
 )
-from tuner.study import load_study
+from tuner.storage import load_study
 
 #: Offline: every connection goes to a dead proxy and no name resolves.
 OFFLINE_CHROMIUM = [*CHROMIUM_FLAGS, "--proxy-server=127.0.0.1:9", "--host-resolver-rules=MAP * ~NOTFOUND"]

@@ -18,7 +18,7 @@ import optuna
 
 from tests.helpers import emulator_pids
 from tuner.net import free_port
-from tuner.study import load_study
+from tuner.storage import load_study
 
 
 def test_local_backend_study_with_oom_and_a_server_killed_mid_sweep(workdir: Path):

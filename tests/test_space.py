@@ -11,6 +11,7 @@ import optuna
 import pytest
 import yaml
 
+from tests.helpers import BEST
 from tuner import cli, engines
 from tuner.engines.base import Engine, LaunchSpec, format_value, render_flags
 from tuner.engines.sglang import ENGINE as SGLANG
@@ -27,15 +28,6 @@ from tuner.space import (
 
 REPO = Path(__file__).resolve().parent.parent
 REFERENCE = REPO / "search_spaces" / f"{DEFAULT_SPACE}.yaml"
-
-#: The hand-tuned reference configuration (DESIGN: TP8 + EP8, tuned NCCL).
-BEST = {
-    "layout": "tp8", "ep_size": 8, "moe_dense_tp_size": None, "enable_eplb": False,
-    "moe_a2a_backend": "none", "disable_cuda_graph": False, "cuda_graph_max_bs": 256,
-    "max_running_requests": 256, "num_continuous_decode_steps": 8, "mem_fraction_static": 0.88,
-    "nccl_proto": "LL", "nccl_min_nchannels": 8, "nccl_max_nchannels": 16, "nccl_nthreads": 512,
-    "nccl_buffsize": 16777216,
-}
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 

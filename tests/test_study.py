@@ -11,19 +11,21 @@ import optuna
 import pytest
 
 from tests.helpers import SMALL_SPACE as SPACE
-from tuner.backends import SimBackend
 from tuner.cli import main
+from tuner.measurers import SimMeasurer
 from tuner.objectives import Objective
 from tuner.space import load_space
-from tuner.study import Search, TrialRecord, load_study
-from tuner.units import parse_shell
+from tuner.storage import load_study
+from tuner.study import Search
+from tuner.systemd_unit import parse_shell
+from tuner.trial_record import TrialRecord
 
 
 def make_search(space, budget, *, noise: float = 0.0, seed: int = 0, **kw) -> Search:
     """A study of ``space`` on the simulator (noise-free unless ``noise`` says otherwise)."""
     return Search(
         space,
-        SimBackend(space.hardware, space.model, noise=noise),
+        SimMeasurer(space.hardware, space.model, noise=noise),
         study_name="small",
         storage="sqlite:///studies/small.db",
         objective=Objective(),
@@ -215,7 +217,7 @@ def test_dashboard_annotations_do_not_change_what_the_study_samples(workdir):
         annotator = TrialAnnotator(workdir / f"{name}-artifacts") if annotate else None
         search = Search(
             space,
-            SimBackend(space.hardware, space.model),
+            SimMeasurer(space.hardware, space.model),
             study_name=name,
             storage=f"sqlite:///studies/{name}.db",
             objective=Objective(),
@@ -233,7 +235,7 @@ def test_objectives_single_goodput_pareto_and_the_single_stream_floor(space):
     def study(objective: Objective, name: str) -> list[TrialRecord]:
         search = Search(
             space,
-            SimBackend(space.hardware, space.model, noise=0.0),
+            SimMeasurer(space.hardware, space.model, noise=0.0),
             study_name=name,
             storage=f"sqlite:///studies/{name}.db",
             objective=objective,
@@ -259,11 +261,11 @@ def test_objectives_single_goodput_pareto_and_the_single_stream_floor(space):
     floor = study(Objective(min_single_stream=70), "floor")
     ep8 = floor[0]
     assert ep8.attrs["levels"][0]["output_tok_s"] < 70 and "min_single_stream" in ep8.attrs["violations"]
-    from tuner.study import best_record
+    from tuner.estimates import best_record
 
     search = Search(
         space,
-        SimBackend(space.hardware, space.model),
+        SimMeasurer(space.hardware, space.model),
         study_name="floor",
         storage="sqlite:///studies/floor.db",
         objective=Objective(min_single_stream=70),

@@ -33,7 +33,7 @@ import optuna
 import pytest
 
 from tuner.net import free_port
-from tuner.study import load_study
+from tuner.storage import load_study
 
 REPO = Path(__file__).resolve().parent.parent
 VENV = Path(os.environ.get("TUNER_VLLM_VENV", REPO / ".venv-vllm"))
@@ -151,14 +151,14 @@ def test_real_vllm_study_ranks_batching_and_records_vllms_own_refusal(workdir: P
     for mns, t in measured.items():
         assert t.state == optuna.trial.TrialState.COMPLETE, (mns, t.user_attrs.get("reason"))
         assert t.user_attrs["outcome"] == "complete"
-        assert f"--max-num-seqs {mns}" in " ".join(t.user_attrs["flags"])
+        assert f"--max-num-seqs {mns}" in " ".join(t.user_attrs["argv"])
         (level,) = t.user_attrs["levels"]
         assert level["concurrency"] == 8 and level["completed"] == 8 and level["failed"] == 0
         assert level["output_tokens"] == 8 * 256  # ignore_eos: exactly max_tokens each
         assert t.user_attrs["startup_s"] > 5
         table.append(f"max-num-seqs {mns}: {t.value:7.1f} tok/s, start-up {t.user_attrs['startup_s']:.1f} s")
     print(f"\nreal vLLM study in {elapsed:.0f} s\n" + "\n".join(table))
-    assert "--no-enable-prefix-caching" in two.user_attrs["flags"]
+    assert "--no-enable-prefix-caching" in two.user_attrs["argv"]
     # 8 running sequences share each decode step; 1 serialises the burst (~4x apart on an idle
     # two-core host, run-to-run noise 25-40%).
     assert eight.value >= 1.5 * one.value, table

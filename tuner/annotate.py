@@ -41,7 +41,10 @@ from loguru import logger
 from optuna.artifacts import FileSystemArtifactStore
 from optuna.trial import FrozenTrial, TrialState
 
-from tuner.study import STUDIES_DIR, TrialRecord
+from tuner import trial_record
+from tuner.deployment import DEFAULT_ENGINE, unit_text
+from tuner.storage import STUDIES_DIR
+from tuner.trial_record import StudyInfo, TrialRecord
 
 #: Prefix under which optuna-dashboard looks for a trial's artifacts in the study's
 #: system attributes (followed by ``<trial_id>:<artifact_id>``).
@@ -102,10 +105,10 @@ def md_escape(text: str) -> str:
 
 def state_in_words(t: FrozenTrial) -> str:
     """What happened to the trial, in a sentence (Markdown: free text is escaped)."""
-    a = t.user_attrs
-    outcome = a.get("outcome")
-    reason = md_escape(a.get("reason", ""))
-    n_levels = len(a.get("levels", []))
+    rec = TrialRecord.of(t)
+    outcome = rec.attrs.get(trial_record.OUTCOME)
+    reason = md_escape(rec.reason or "")
+    n_levels = len(rec.levels)
     if t.state == TrialState.RUNNING:
         return "running"
     if t.state == TrialState.WAITING:
@@ -115,7 +118,7 @@ def state_in_words(t: FrozenTrial) -> str:
         return text + (f"; {reason}" if reason else "")
     if outcome == "reused":
         return (
-            f"reused: the same configuration as trial #{a.get('reused_from')}, whose results were "
+            f"reused: the same configuration as trial #{rec.reused_from}, whose results were "
             "copied (no server started)" + (f"; {reason}" if reason else "")
         )
     if outcome == "pruned":
@@ -126,10 +129,9 @@ def state_in_words(t: FrozenTrial) -> str:
     if outcome == "infeasible":
         return f"infeasible, not launched: {reason or 'rejected by the launch rules'}"
     if outcome == "failed":
-        cls = a.get("failure_class", "unknown")
-        return f"failed ({cls}): {reason or 'the server did not start'}"
+        return f"failed ({rec.failure_class or 'unknown'}): {reason or 'the server did not start'}"
     if t.state == TrialState.FAIL:
-        why = t.system_attrs.get("fail_reason", "the trial raised an error or its worker stopped")
+        why = rec.fail_reason or "the trial raised an error or its worker stopped"
         return f"error: {md_escape(why)}"
     return t.state.name.lower()
 
@@ -140,8 +142,7 @@ def constraints_in_words(t: FrozenTrial) -> str:
     if not constraints:
         return "none recorded"
     met, violated = [], []
-    levels = t.user_attrs.get("levels", [])
-    single = next((lv["output_tok_s"] for lv in levels if lv.get("concurrency") == 1), None)
+    single = TrialRecord.of(t).single
     for key, v in sorted(constraints.items()):
         if key == "min_single_stream":
             if v > 0:
@@ -168,9 +169,10 @@ def constraints_in_words(t: FrozenTrial) -> str:
 
 def trial_note(study_name: str, t: FrozenTrial, *, unit_text: str | None, artifacts: list[str]) -> str:
     """The Markdown note of a trial (see the module docstring for what it holds)."""
-    a = t.user_attrs
+    unit = unit_text
+    rec = TrialRecord.of(t)
     values = "/".join(f"{v:.1f}" for v in t.values) if t.values else "-"
-    if t.values and a.get("outcome") in ("infeasible", "failed"):
+    if t.values and rec.outcome in ("infeasible", "failed"):
         value = f"{values} (a placeholder for the sampler: nothing was measured)"
     else:
         value = values + (" tok/s" if t.values else "")
@@ -178,21 +180,20 @@ def trial_note(study_name: str, t: FrozenTrial, *, unit_text: str | None, artifa
         f"### Trial {t.number} of {study_name}",
         "",
         f"**State:** {state_in_words(t)}  ",
-        f"**Value:** {value} (backend {a.get('backend', '?')})  ",
+        f"**Value:** {value} (backend {rec.backend or '?'})  ",
         f"**Constraints:** {constraints_in_words(t)}  ",
     ]
-    if "reused_from" in a:
-        lines.append(f"**Reused:** results of trial #{a['reused_from']} (same configuration)  ")
-    if a.get("server_s") is not None:
-        startup = f", of which start-up {a['startup_s']:.0f} s" if a.get("startup_s") else ""
-        lines.append(f"**Server time:** {float(a['server_s']):.0f} s{startup}  ")
-    levels = a.get("levels", [])
-    if levels:
-        lines += ["", *levels_table(levels)]
-    if unit_text:
-        lines += ["", "systemd unit:", "", "```ini", unit_text.rstrip("\n"), "```"]
-    elif a.get("flags"):
-        lines += ["", "command:", "", "```", " ".join(a["flags"]), "```"]
+    if rec.reused_from is not None:
+        lines.append(f"**Reused:** results of trial #{rec.reused_from} (same configuration)  ")
+    if rec.server_s is not None:
+        startup = f", of which start-up {rec.startup_s:.0f} s" if rec.startup_s else ""
+        lines.append(f"**Server time:** {float(rec.server_s):.0f} s{startup}  ")
+    if rec.levels:
+        lines += ["", *levels_table(rec.levels)]
+    if unit:
+        lines += ["", "systemd unit:", "", "```ini", unit.rstrip("\n"), "```"]
+    elif rec.argv:
+        lines += ["", "command:", "", "```", " ".join(rec.argv), "```"]
     if artifacts:
         lines += ["", "Artifacts: " + ", ".join(f"`{name}`" for name in artifacts)]
     lines.append("")
@@ -206,32 +207,17 @@ def unit_for_trial(
     """The systemd unit that launches trial ``t``'s configuration, rendered as ``tuner best``
     does (``study_attrs``: the study's user attributes, read from the study when None).
     None when the trial has no command or the unit cannot be rendered on this machine."""
-    flags = t.user_attrs.get("flags")
-    if not flags:
-        return None
-    from tuner.commands.best import header_lines
-    from tuner.engines.base import LaunchSpec
-    from tuner.units import render_systemd_unit
-
-    attrs = study.user_attrs if study_attrs is None else study_attrs
-    settings = attrs.get("unit", {}) or {}
-    spec = LaunchSpec(
-        argv=list(flags), env=dict(t.user_attrs.get("env", {})), engine=attrs.get("engine", "sglang")
-    )
     rec = TrialRecord.of(t)
-    header = header_lines(study.study_name, rec)
-    if not rec.feasible:
-        header.append(f"not a recommended configuration: {rec.outcome}")
+    if not rec.argv:
+        return None
+    info = StudyInfo.of(study.user_attrs if study_attrs is None else study_attrs)
+    engine = info.engine or DEFAULT_ENGINE
     try:
-        return render_systemd_unit(
-            spec,
-            description=settings.get("description")
-            or f"{spec.engine} server, trial {t.number} of {study.study_name} (tuner)",
-            header=header,
-            python=settings.get("python"),
-            user=settings.get("user"),
-            working_directory=settings.get("working_directory"),
-            environment_file=settings.get("environment_file"),
+        return unit_text(
+            study.study_name,
+            rec,
+            info,
+            description=f"{engine} server, trial {t.number} of {study.study_name} (tuner)",
         )
     except ValueError as exc:
         logger.debug(f"trial #{t.number}: no unit: {exc}")
@@ -277,20 +263,20 @@ def _put(
 
 
 def _levels_json(study_name: str, t: FrozenTrial) -> bytes:
-    a = t.user_attrs
+    rec = TrialRecord.of(t)
     doc = {
         "study": study_name,
         "trial": t.number,
         "state": t.state.name,
-        "outcome": a.get("outcome"),
+        "outcome": rec.attrs.get(trial_record.OUTCOME),
         "values": t.values,
         "params": t.params,
-        "flags": a.get("flags"),
-        "env": a.get("env"),
-        "levels": a.get("levels", []),
+        "argv": rec.argv or None,
+        "env": rec.attrs.get(trial_record.ENV),
+        "levels": rec.levels,
         "intermediate_values": {str(k): v for k, v in sorted(t.intermediate_values.items())},
         "constraints": t.constraints,
-        "reused_from": a.get("reused_from"),
+        "reused_from": rec.reused_from,
     }
     return (json.dumps(doc, indent=2, default=str) + "\n").encode()
 
@@ -320,12 +306,13 @@ def annotate_trial(
         files: list[tuple[str, bytes]] = []
         if unit_text:
             files.append((f"trial-{n}.service", unit_text.encode()))
-        if frozen_trial.user_attrs.get("levels") or frozen_trial.user_attrs.get("flags"):
+        rec = TrialRecord.of(frozen_trial)
+        if rec.levels or rec.argv:
             files.append((f"trial-{n}-levels.json", _levels_json(study.study_name, frozen_trial)))
         if log_path is not None and Path(log_path).is_file():
             files.append((f"trial-{n}-server.log", Path(log_path).read_bytes()))
-        elif frozen_trial.user_attrs.get("log_tail"):
-            files.append((f"trial-{n}-log-tail.txt", str(frozen_trial.user_attrs["log_tail"]).encode()))
+        elif rec.log_tail:
+            files.append((f"trial-{n}-log-tail.txt", str(rec.log_tail).encode()))
         if records_path is not None and Path(records_path).is_file():
             files.append((f"trial-{n}-{Path(records_path).name}", Path(records_path).read_bytes()))
         for name, data in files:

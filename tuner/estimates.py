@@ -22,13 +22,12 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
+import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from tuner import effects
+from tuner import effects, trial_record
+from tuner.trial_record import TrialRecord
 
-#: User attribute of a pruned trial: the objective over the levels it measured before it was
-#: cut (a lower bound of its value; see :meth:`tuner.objectives.Objective.partial`).
-PARTIAL_VALUE = "partial_value"
 #: Relative run-to-run standard deviation of one measured sweep, assumed until the study has
 #: repeated measurements of its own: the spread of repeated launches of one configuration on
 #: the reference host is about 2% at peak (calibration target of the simulator's noise).
@@ -89,9 +88,9 @@ def measured(t: FrozenTrial) -> bool:
         t.state == TrialState.COMPLETE
         and bool(t.values)
         and all(math.isfinite(v) for v in t.values)
-        and t.user_attrs.get("outcome", "complete") == "complete"
-        and "reused_from" not in t.user_attrs
-        and not t.user_attrs.get("violations")
+        and trial_record.outcome(t) == "complete"
+        and trial_record.reused_from(t) is None
+        and not trial_record.violations(t)
         and not any(v > 0 for v in t.constraints.values())
     )
 
@@ -103,8 +102,7 @@ def observed(t: FrozenTrial) -> float | None:
     if measured(t):
         return t.values[-1]
     if t.state == TrialState.PRUNED:
-        partial = t.user_attrs.get(PARTIAL_VALUE)
-        return float(partial) if partial is not None else None
+        return trial_record.partial_value(t)
     return None
 
 
@@ -162,7 +160,7 @@ def model(trials: Iterable[FrozenTrial], sigma: float) -> effects.Effects:
 
 
 def _key(t: FrozenTrial) -> str:
-    return t.user_attrs.get("config_key") or repr(sorted(t.params.items()))
+    return trial_record.config_key(t) or repr(sorted(t.params.items()))
 
 
 def noise(ests: Iterable[Estimate]) -> float:
@@ -186,3 +184,12 @@ def leader(ests: Sequence[Estimate], sigma: float) -> Estimate:
 def best(trials: Iterable[FrozenTrial]) -> Estimate | None:
     """The best configuration measured in ``trials`` (see :func:`leader`)."""
     return evidence(trials).leader()
+
+
+def best_record(study: optuna.Study) -> TrialRecord | None:
+    """The first trial of the best feasible configuration (pareto: by peak), judged by all its
+    launches (:func:`best`); ``runs`` and ``mean`` say what it rests on."""
+    found = best(study.get_trials(deepcopy=False))
+    if found is None:
+        return None
+    return replace(TrialRecord.of(found.trial), runs=found.numbers, mean=found.mean, estimate=found.value)

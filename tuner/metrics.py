@@ -17,7 +17,7 @@ from collections import Counter
 import numpy as np
 from pydantic import BaseModel
 
-from tuner.records import LevelRecords
+from tuner.request_records import LevelRecords
 
 
 class LevelMetrics(BaseModel):

@@ -19,7 +19,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from tuner.metrics import LevelMetrics
-from tuner.records import LevelRecords
+from tuner.request_records import LevelRecords
 
 ObjectiveName = Literal["peak", "single", "goodput", "pareto"]
 

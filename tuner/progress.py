@@ -37,7 +37,8 @@ from loguru import logger
 from optuna.trial import FrozenTrial
 
 from tuner import logging as tuner_logging
-from tuner.study import MODEL_PICK, REPEAT_OF, TrialRecord, best_record
+from tuner.estimates import best_record
+from tuner.trial_record import TrialRecord
 
 #: Carriage return plus "erase the whole line": redraws the status line in place.
 CLEAR_LINE = "\r\x1b[2K"
@@ -80,16 +81,16 @@ def trial_line(rec: TrialRecord, best: TrialRecord | None, space: Any = None) ->
     else:
         d = _differences(space, rec.params, best.params)
         diff = " ".join(f"{k}={v}" for k, v in d.items()) or "(same as best)"
-    levels = " ".join(f"C{lv['concurrency']}:{lv['output_tok_s']:.0f}" for lv in rec.attrs.get("levels", []))
+    levels = " ".join(f"C{lv['concurrency']}:{lv['output_tok_s']:.0f}" for lv in rec.levels)
     state = rec.outcome
-    if rec.outcome in ("pruned", "infeasible", "failed") or rec.attrs.get("violations"):
-        state = rec.attrs.get("reason", rec.outcome)
+    if rec.outcome in ("pruned", "infeasible", "failed") or rec.violations:
+        state = rec.reason if rec.reason is not None else rec.outcome
     if rec.outcome == "reused":
-        state = f"reused #{rec.attrs.get('reused_from')}"
-    if REPEAT_OF in rec.attrs and rec.outcome == "complete":
-        state = f"repeat of #{rec.attrs[REPEAT_OF]}"
-    if MODEL_PICK in rec.attrs and rec.outcome == "complete":
-        state = f"model's pick from #{rec.attrs[MODEL_PICK]}"
+        state = f"reused #{rec.reused_from}"
+    if rec.repeat_of is not None and rec.outcome == "complete":
+        state = f"repeat of #{rec.repeat_of}"
+    if rec.model_pick is not None and rec.outcome == "complete":
+        state = f"model's pick from #{rec.model_pick}"
     best_s = f"best {best.mean:.0f} (#{best.number})" if best and best.mean is not None else "best -"
     return f"#{rec.number:<3d} {diff[:90]:<90s} | {levels:<34s} | {state[:80]} | {best_s}"
 

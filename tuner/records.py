@@ -1,48 +1,7 @@
-"""Per-request measurement records: the one data shape every backend produces.
+"""Former name of :mod:`tuner.request_records` (the load generator's per-request records,
+not trial records: see :mod:`tuner.trial_record`); kept so that existing imports keep
+working."""
 
-The simulator, the emulator and a real server measured over HTTP all yield the
-same records, so the metrics of a level are computed by one piece of code
-(:mod:`tuner.metrics`) whatever produced them.
-"""
+from tuner.request_records import LevelRecords, RequestRecord
 
-from __future__ import annotations
-
-from collections.abc import Sequence
-from dataclasses import dataclass, field
-
-import numpy as np
-
-
-@dataclass(slots=True)
-class RequestRecord:
-    """One request as the client saw it. Times are seconds on one monotonic clock.
-
-    ``token_times`` holds the arrival time of each output token (or of each chunk,
-    when a server streams several tokens per chunk, in which case ``output_tokens``
-    is larger than ``len(token_times)``). ``error`` is ``None`` for a request that
-    finished normally.
-    """
-
-    start: float
-    end: float | None = None
-    first_token: float | None = None
-    output_tokens: int = 0
-    prompt_tokens: int = 0
-    token_times: np.ndarray | None = None
-    error: str | None = None
-
-    @property
-    def ok(self) -> bool:
-        return self.error is None and self.end is not None
-
-
-@dataclass(slots=True)
-class LevelRecords:
-    """All requests of one concurrency level, plus the level's wall-clock window."""
-
-    concurrency: int
-    records: Sequence[RequestRecord]
-    started: float
-    ended: float
-    max_tokens: int = 0
-    errors: dict[str, int] = field(default_factory=dict)
+__all__ = ["LevelRecords", "RequestRecord"]

@@ -3,39 +3,35 @@
 Data flow of a trial: the space's sampler proposes parameters -> engine rules and the
 space's constraints reject impossible combinations before any launch -> a configuration
 already measured in this study is reused -> the launch is rendered (argv + env) -> the
-backend starts the server and sweeps the levels lowest first, reporting each level to
-Optuna, which may prune -> the objective value, constraints and records are stored on
-the trial -> the server is stopped.
+measurer (:mod:`tuner.measurers`) starts the server and sweeps the levels lowest first,
+reporting each level to Optuna, which may prune -> the objective value, constraints and
+records are stored on the trial -> the server is stopped.
 
-Everything a person or ``tuner best`` needs later lives in the trial's user attributes
-(see :class:`TrialRecord`), so any Optuna storage is the whole state of a study.
+Everything a person or ``tuner best`` needs later lives in the trial's user attributes,
+written through :class:`tuner.trial_record.TrialWriter`, so any Optuna storage is the
+whole state of a study (:mod:`tuner.storage`).
 """
 
 from __future__ import annotations
 
-import math
-import os
 import threading
-import time
 import warnings
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import Any
 
 import optuna
-import sqlalchemy
-from optuna.storages import RDBStorage, RetryHeartbeatStaleTrialCallback
 from optuna.trial import FrozenTrial, TrialState
 
-from tuner import effects, estimates
-from tuner.backends import Backend, Interrupted, Measurement
+from tuner import effects, estimates, trial_record
 from tuner.coordination import BudgetGate, Heartbeat
 from tuner.failures import LaunchFailure
+from tuner.measurers import Interrupted, Measurer
 from tuner.objectives import Objective
 from tuner.pruning import RelativeToBestPruner
 from tuner.sampler import IncumbentLocalSampler
 from tuner.space import Space
+from tuner.storage import open_storage
+from tuner.trial_record import TrialWriter, queued_model_pick, queued_repeat, write_study_info
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 # Heartbeats and metric names are marked experimental in Optuna 5; both are relied on here.
@@ -43,10 +39,6 @@ warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning
 # The worker loop uses ask/tell with its own heartbeat thread (tuner.coordination.Heartbeat).
 warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to be used with Study.optimize")
 
-#: User attribute of a repeated measurement: the number of the trial it repeats.
-REPEAT_OF = "repeat_of"
-#: User attribute of the additive model's pick: the number of the leader it improves on.
-MODEL_PICK = "model_pick"
 #: Trials at the end of a budget that launch the additive model's pick and re-measure the
 #: leading configurations (at most an eighth of the budget).
 CONFIRM_LAST = 5
@@ -54,113 +46,10 @@ CONFIRM_LAST = 5
 #: not worth a launch.
 INDIFFERENCE = 0.01
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
-#: Directory of study databases, relative to the working directory.
-STUDIES_DIR = Path("studies")
-#: RDB heartbeat: a worker that stops beating for GRACE seconds has its trial failed and
-#: retried once (Optuna's stale-trial machinery).
-HEARTBEAT_S = float(os.environ.get("TUNER_HEARTBEAT_S", "30"))
-GRACE_S = int(float(os.environ.get("TUNER_GRACE_S", "120")))
-
-
-@dataclass
-class TrialRecord:
-    """The readable record of a trial (its user attributes)."""
-
-    number: int
-    state: str
-    outcome: str
-    value: float | None
-    values: list[float] | None
-    params: dict[str, Any]
-    attrs: dict[str, Any]
-    #: Trials that launched this configuration and met its constraints (the best record only:
-    #: see :func:`best_record`); ``mean`` is their mean objective value, ``estimate`` the
-    #: configuration's value pooled with the rest of the study (:mod:`tuner.estimates`).
-    runs: tuple[int, ...] = ()
-    mean: float | None = None
-    estimate: float | None = None
-
-    @classmethod
-    def of(cls, t: FrozenTrial) -> TrialRecord:
-        return cls(
-            t.number,
-            t.state.name,
-            t.user_attrs.get("outcome", t.state.name.lower()),
-            t.value if t.values and len(t.values) == 1 else None,
-            t.values,
-            dict(t.params),
-            dict(t.user_attrs),
-        )
-
-    @property
-    def feasible(self) -> bool:
-        return (
-            self.state == "COMPLETE"
-            and self.outcome in ("complete", "reused")
-            and not self.attrs.get("violations")
-        )
 
 
 def default_study_name(space: Space, objective: Objective) -> str:
     return space.name if objective.name == "peak" else f"{space.name}-{objective.name}"
-
-
-def default_storage_url(study_name: str) -> str:
-    STUDIES_DIR.mkdir(parents=True, exist_ok=True)
-    return f"sqlite:///{STUDIES_DIR / study_name}.db"
-
-
-def open_storage(url: str) -> optuna.storages.BaseStorage:
-    """An RDB storage with heartbeats (stale trials failed and retried once)."""
-    if url.startswith("sqlite:///"):
-        Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
-    if url.startswith("sqlite:///"):
-        _enable_wal(url)
-    last: Exception | None = None
-    for attempt in range(8):
-        try:
-            return RDBStorage(
-                url,
-                heartbeat_interval=HEARTBEAT_S,
-                grace_period=GRACE_S,
-                heartbeat_stale_trial_callback=RetryHeartbeatStaleTrialCallback(max_retry=1),
-                engine_kwargs={"pool_pre_ping": True} if not url.startswith("sqlite") else None,
-            )
-        except sqlalchemy.exc.DBAPIError as exc:
-            # Workers starting at once race to create the schema; the loser finds it made.
-            last = exc
-            time.sleep(0.2 * (attempt + 1))
-    assert last is not None
-    raise last
-
-
-def _enable_wal(url: str) -> None:
-    """Write-ahead logging: readers (the dashboard) do not block the study, and a commit costs
-    microseconds instead of a disk sync per trial attribute. The mode persists in the file."""
-    import sqlite3
-
-    with sqlite3.connect(url.removeprefix("sqlite:///")) as conn:
-        conn.execute("PRAGMA journal_mode=WAL")
-
-
-def redact_url(url: str) -> str:
-    """Hide the password of a database URL (``user:***@host``)."""
-    if "://" not in url or "@" not in url:
-        return url
-    scheme, rest = url.split("://", 1)
-    creds, host = rest.rsplit("@", 1)
-    if ":" in creds:
-        creds = creds.split(":", 1)[0] + ":***"
-    return f"{scheme}://{creds}@{host}"
-
-
-def best_record(study: optuna.Study) -> TrialRecord | None:
-    """The first trial of the best feasible configuration (pareto: by peak), judged by all its
-    launches (:func:`tuner.estimates.best`); ``runs`` and ``mean`` say what it rests on."""
-    best = estimates.best(study.get_trials(deepcopy=False))
-    if best is None:
-        return None
-    return replace(TrialRecord.of(best.trial), runs=best.numbers, mean=best.mean, estimate=best.value)
 
 
 class Search:
@@ -169,7 +58,7 @@ class Search:
     def __init__(
         self,
         space: Space,
-        backend: Backend,
+        measurer: Measurer,
         *,
         study_name: str,
         storage: str,
@@ -186,7 +75,7 @@ class Search:
         on_start: Callable[[int], None] | None = None,
     ):
         self.space = space
-        self.backend = backend
+        self.measurer = measurer
         self.objective = objective
         self.seed = seed
         self.budget = budget
@@ -216,12 +105,15 @@ class Search:
         self.study.set_metric_names(
             ["single_stream_tok_s", "peak_tok_s"] if objective.multi else [f"{objective.name}_tok_s"]
         )
-        self.study.set_user_attr("space", space.name)
-        self.study.set_user_attr("objective", objective.model_dump())
-        self.study.set_user_attr("engine", space.spec.engine)
-        self.study.set_user_attr("workload", space.workload.model_dump(mode="json"))
         unit = space.launch.unit.model_dump() if space.launch.unit else {}
-        self.study.set_user_attr("unit", {**unit, "python": space.launch.python})
+        write_study_info(
+            self.study,
+            space=space.name,
+            objective=objective.model_dump(),
+            engine=space.spec.engine,
+            workload=space.workload.model_dump(mode="json"),
+            unit={**unit, "python": space.launch.python},
+        )
 
     def _identity(self, params: dict[str, Any]) -> str | None:
         """Canonical configuration of a sampler proposal; None if the launch rules reject it."""
@@ -273,7 +165,7 @@ class Search:
                     t.join(timeout=0.2)
         except KeyboardInterrupt:
             self._stop.set()
-            self.backend.interrupt()
+            self.measurer.interrupt()
             for t in threads:
                 t.join()
             raise
@@ -304,9 +196,7 @@ class Search:
                 self._record_interrupted(trial)
                 raise
             except Exception as exc:
-                trial.set_user_attr("outcome", "failed")
-                trial.set_user_attr("failure_class", "error")
-                trial.set_user_attr("reason", f"error: {type(exc).__name__}: {exc}"[:300])
+                TrialWriter(trial).error(exc)
                 self.study.tell(trial, state=TrialState.FAIL)
                 raise
             else:
@@ -340,13 +230,13 @@ class Search:
         ests, sigma = ev.estimates, ev.noise
         pick = self._model_pick(trials, leader, ev.model)
         if pick is not None:
-            self.study.enqueue_trial(pick, user_attrs={MODEL_PICK: leader.trial.number})
+            self.study.enqueue_trial(pick, user_attrs=queued_model_pick(leader.trial.number))
             return
         challenger = max((e for e in ests if e is not leader), key=lambda e: e.upper(sigma))
         if challenger.upper(sigma) <= leader.score(sigma) * (1 + INDIFFERENCE):
             return
         pick = challenger if challenger.runs <= leader.runs else leader
-        self.study.enqueue_trial(dict(pick.trial.params), user_attrs={REPEAT_OF: pick.trial.number})
+        self.study.enqueue_trial(dict(pick.trial.params), user_attrs=queued_repeat(pick.trial.number))
 
     def _model_pick(
         self, trials: Sequence[FrozenTrial], leader: estimates.Estimate, fitted: effects.Effects
@@ -375,16 +265,14 @@ class Search:
         if plan == leader.trial.params:
             return None
         key = self._identity(plan)
-        if key is None or key in {t.user_attrs.get("config_key") for t in trials}:
+        if key is None or key in {trial_record.config_key(t) for t in trials}:
             return None
         return plan
 
     def _record_interrupted(self, trial: optuna.Trial) -> None:
         """An interrupted trial is failed with reason ``interrupted``; its configuration is
         queued again so that rerunning the command measures it."""
-        trial.set_user_attr("outcome", "failed")
-        trial.set_user_attr("failure_class", "interrupted")
-        trial.set_user_attr("reason", "interrupted: the run was stopped (Ctrl-C or SIGTERM)")
+        TrialWriter(trial).interrupted()
         self.study.tell(trial, state=TrialState.FAIL)
         if trial.params:
             self.study.enqueue_trial(dict(trial.params), skip_if_exists=False)
@@ -396,14 +284,12 @@ class Search:
         params = self.space.suggest(trial)
         key = self.space.key(params)
         spec = self.space.render(params)
-        trial.set_user_attr("config_key", key)
-        trial.set_user_attr("flags", spec.argv)
-        trial.set_user_attr("env", spec.env)
-        trial.set_user_attr("backend", self.backend.name)
+        record = TrialWriter(trial)
+        record.launch(key, spec.argv, spec.env, self.measurer.backend)
         reasons = self.space.check(params)
         if reasons:
             return self._infeasible(trial, reasons)
-        if self.reuse and REPEAT_OF not in trial.user_attrs:
+        if self.reuse and not record.repeats:
             original = self._measured(key, trial.number)
             if original is not None:
                 return self._reuse(trial, original)
@@ -419,7 +305,7 @@ class Search:
             trial.report(self.objective.level_value(metrics, goodput), step=i)
             return not trial.should_prune()
 
-        m = self.backend.measure(
+        m = self.measurer.measure(
             spec,
             self.space.workload,
             self.objective,
@@ -427,16 +313,21 @@ class Search:
             seed=seed,
             on_level=on_level,
         )
-        self._store_measurement(trial, m)
+        record.measurement(
+            [lv.model_dump(exclude_none=True) for lv in m.levels],
+            m.server_s,
+            m.startup_s,
+            m.log_tail,
+            m.server_info,
+        )
         if m.status == "failed":
             assert m.failure is not None
             return self._failed(trial, m.failure)
         if m.status == "stopped":
-            trial.set_user_attr("outcome", "pruned")
-            trial.set_user_attr("reason", f"pruned at level {len(m.levels)} (C={levels_done[-1]})")
-            partial = self.objective.partial(m.levels, m.goodputs)
-            if partial is not None:
-                trial.set_user_attr(estimates.PARTIAL_VALUE, partial)
+            record.pruned(
+                f"pruned at level {len(m.levels)} (C={levels_done[-1]})",
+                self.objective.partial(m.levels, m.goodputs),
+            )
             raise optuna.TrialPruned()
         value = self.objective.value(m.levels, m.goodputs)
         violations = self.objective.violations(m.levels)
@@ -444,11 +335,8 @@ class Search:
             trial.set_constraint(name, v)
         bad = {k: v for k, v in violations.items() if v > 0}
         if bad:
-            trial.set_user_attr("violations", bad)
-            trial.set_user_attr(
-                "reason", "infeasible: " + ", ".join(f"{k} short by {v:.1f}" for k, v in bad.items())
-            )
-        trial.set_user_attr("outcome", "complete")
+            record.missed(bad)
+        record.complete()
         return value
 
     def _worst(self) -> float | tuple[float, float]:
@@ -456,102 +344,36 @@ class Search:
 
     def _infeasible(self, trial: optuna.Trial, reasons: list[str]) -> float | tuple[float, float]:
         trial.set_constraint("feasible", 1.0)
-        trial.set_user_attr("outcome", "infeasible")
-        trial.set_user_attr("reason", "; ".join(reasons))
-        trial.set_user_attr("server_s", 0.0)
+        TrialWriter(trial).infeasible(reasons)
         return self._worst()
 
     def _failed(self, trial: optuna.Trial, failure: LaunchFailure) -> float | tuple[float, float]:
         trial.set_constraint("launch", 1.0)
-        trial.set_user_attr("outcome", "failed")
-        trial.set_user_attr("failure_class", failure.reason)
-        trial.set_user_attr("reason", f"{failure.reason}: {failure.message.splitlines()[0][:300]}")
+        TrialWriter(trial).launch_failed(failure.reason, failure.message)
         return self._worst()
-
-    def _store_measurement(self, trial: optuna.Trial, m: Measurement) -> None:
-        trial.set_user_attr("levels", [lv.model_dump(exclude_none=True) for lv in m.levels])
-        trial.set_user_attr("server_s", round(m.server_s, 3))
-        trial.set_user_attr("startup_s", round(m.startup_s, 3))
-        if m.log_tail:
-            trial.set_user_attr("log_tail", m.log_tail[-4000:])
-        if m.server_info:
-            trial.set_user_attr("server_info", _jsonable(m.server_info))
 
     def _measured(self, key: str, number: int) -> FrozenTrial | None:
         for t in self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)):
             if (
                 t.number != number
-                and t.user_attrs.get("config_key") == key
-                and "reused_from" not in t.user_attrs
+                and trial_record.config_key(t) == key
+                and trial_record.reused_from(t) is None
             ):
                 return t
         return None
 
     def _reuse(self, trial: optuna.Trial, original: FrozenTrial) -> float | tuple[float, float]:
         """Copy an identical configuration's result instead of restarting the server."""
-        trial.set_user_attr("reused_from", original.number)
-        trial.set_user_attr("server_s", 0.0)
-        for k in ("levels", "server_info", "reason", "failure_class", "violations"):
-            if k in original.user_attrs:
-                trial.set_user_attr(k, original.user_attrs[k])
+        record = TrialWriter(trial)
+        record.reuse(original)
         for name, v in original.constraints.items():
             trial.set_constraint(name, v)
+        record.reused_outcome(original)
         if original.state == TrialState.PRUNED:
-            trial.set_user_attr("outcome", "pruned")
             for step, v in original.intermediate_values.items():
                 trial.report(v, step)
             raise optuna.TrialPruned()
-        outcome = original.user_attrs.get("outcome", "complete")
-        trial.set_user_attr("outcome", "reused" if outcome == "complete" else outcome)
         for step, v in original.intermediate_values.items():
             trial.report(v, step)
         values = original.values
         return tuple(values) if self.objective.multi else values[0]  # type: ignore[return-value]
-
-
-def _jsonable(obj: Any) -> Any:
-    if isinstance(obj, dict):
-        return {str(k): _jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
-        return [_jsonable(v) for v in obj]
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None
-    return obj
-
-
-def resolve_storage(study_name: str | None, storage: str | None) -> tuple[str, str]:
-    """(storage URL, study name) of an existing study; with no name, the newest in ./studies.
-
-    Raises LookupError naming what is missing.
-    """
-    if storage is None:
-        if study_name is None:
-            dbs = sorted(STUDIES_DIR.glob("*.db"), key=os.path.getmtime)
-            if not dbs:
-                raise LookupError("no study found in ./studies (run `tuner search` first, or pass --storage)")
-            storage = f"sqlite:///{dbs[-1]}"
-        else:
-            path = STUDIES_DIR / f"{study_name}.db"
-            if not path.exists():
-                raise LookupError(f"no study database {path} (pass --storage for another location)")
-            storage = f"sqlite:///{path}"
-    names = [s.study_name for s in optuna.get_all_study_summaries(_reader(storage))]
-    if study_name is None:
-        if not names:
-            raise LookupError(f"no study in {redact_url(storage)}")
-        study_name = names[-1]
-    elif study_name not in names:
-        raise LookupError(
-            f"no study named {study_name!r} in {redact_url(storage)}; found: {', '.join(names) or 'none'}"
-        )
-    return storage, study_name
-
-
-def _reader(url: str) -> optuna.storages.BaseStorage | str:
-    return optuna.storages.RDBStorage(url) if "://" in url else url
-
-
-def load_study(study_name: str | None, storage: str | None) -> optuna.Study:
-    """Open an existing study for reading (see :func:`resolve_storage`)."""
-    url, name = resolve_storage(study_name, storage)
-    return optuna.load_study(study_name=name, storage=_reader(url))

@@ -8,12 +8,12 @@ import sys
 from pathlib import Path
 
 from tuner.commands._common import add_study_args
-from tuner.engines.base import LaunchSpec
+from tuner.deployment import launch_spec, shell_text, unit_text
 from tuner.errors import UsageError
-from tuner.metrics import LevelMetrics
-from tuner.objectives import peak_tok_s, single_stream
+from tuner.estimates import best_record
 from tuner.settings import load as load_settings
-from tuner.study import TrialRecord, best_record, load_study
+from tuner.storage import load_study
+from tuner.trial_record import StudyInfo
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -36,25 +36,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(handler=run)
 
 
-def header_lines(study_name: str, rec: TrialRecord) -> list[str]:
-    levels = [LevelMetrics(**lv) for lv in rec.attrs.get("levels", [])]
-    lines = [
-        f"tuner study {study_name}, trial #{rec.number}",
-        f"single-stream {single_stream(levels):.1f} tok/s, peak {peak_tok_s(levels):.1f} tok/s "
-        f"(backend {rec.attrs.get('backend', '?')})",
-    ]
-    lines += [f"  C={lv.concurrency}: {lv.output_tok_s:.1f} tok/s" for lv in levels]
-    if len(rec.runs) > 1 and rec.mean is not None:
-        trials = ", ".join(f"#{n}" for n in rec.runs)
-        lines.append(f"launched {len(rec.runs)} times (trials {trials}): objective mean {rec.mean:.1f} tok/s")
-    if rec.estimate is not None:
-        lines.append(
-            f"estimated objective {rec.estimate:.1f} tok/s (its launches pooled with what its "
-            "settings measured in the rest of the study)"
-        )
-    return lines
-
-
 def run(args: argparse.Namespace) -> int:
     try:
         study = load_study(args.study, args.storage)
@@ -63,15 +44,14 @@ def run(args: argparse.Namespace) -> int:
     rec = best_record(study)
     if rec is None:
         raise UsageError(f"study {study.study_name} has no feasible completed trial yet")
-    spec = LaunchSpec(
-        argv=rec.attrs["flags"], env=rec.attrs.get("env", {}), engine=study.user_attrs.get("engine", "sglang")
-    )
+    info = StudyInfo.of(study.user_attrs)
     if args.format == "json":
+        spec = launch_spec(rec, info)
         text = json.dumps(
             {
                 "study": study.study_name,
                 "trial": rec.number,
-                "value": rec.values[-1] if rec.values else None,
+                "value": rec.final_value,
                 "values": rec.values,
                 "runs": list(rec.runs),
                 "mean": rec.mean,
@@ -80,29 +60,16 @@ def run(args: argparse.Namespace) -> int:
                 "argv": spec.argv,
                 "flags": flags_only(spec.argv),
                 "env": spec.env,
-                "levels": rec.attrs.get("levels", []),
-                "workload": study.user_attrs.get("workload"),
+                "levels": rec.levels,
+                "workload": info.workload,
             },
             indent=2,
         )
     elif args.format == "shell":
-        from tuner.units import render_shell
-
-        text = render_shell(spec)
+        text = shell_text(rec, info)
     else:
-        from tuner.units import render_systemd_unit
-
-        unit = study.user_attrs.get("unit", {})
-        text = render_systemd_unit(
-            spec,
-            description=unit.get("description")
-            or f"{spec.engine} server tuned by tuner ({study.study_name})",
-            header=header_lines(study.study_name, rec),
-            python=args.python or unit.get("python") or load_settings().python,
-            user=unit.get("user"),
-            working_directory=unit.get("working_directory"),
-            environment_file=unit.get("environment_file"),
-        )
+        python = args.python or info.unit.get("python") or load_settings().python
+        text = unit_text(study.study_name, rec, info, python=python)
     if args.output:
         args.output.write_text(text if text.endswith("\n") else text + "\n")
         print(f"wrote {args.output}", file=sys.stderr)

@@ -105,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
 
     from tuner import logging as tuner_logging
     from tuner.annotate import default_artifact_dir
-    from tuner.study import load_study, redact_url, resolve_storage
+    from tuner.storage import load_study, redact_url, resolve_storage
 
     tuner_logging.ensure_setup()
     if not 0 <= args.port <= 65535:

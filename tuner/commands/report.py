@@ -34,7 +34,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from tuner import logging as tuner_logging
     from tuner.report import build_report
-    from tuner.study import load_study
+    from tuner.storage import load_study
 
     tuner_logging.ensure_setup()
     try:

@@ -11,17 +11,22 @@ import optuna
 from optuna.trial import FrozenTrial
 
 from tuner import logging as tuner_logging
+from tuner import trial_record
 from tuner.annotate import TrialAnnotator, default_artifact_dir
-from tuner.backends import DEFAULT_HEALTH_TIMEOUT_S, Backend, Interrupted, LauncherBackend, SimBackend
+from tuner.deployment import DEFAULT_ENGINE
 from tuner.errors import UsageError
+from tuner.estimates import best_record
+from tuner.measurers import DEFAULT_HEALTH_TIMEOUT_S, Interrupted, LauncherMeasurer, Measurer, SimMeasurer
 from tuner.objectives import Objective
 from tuner.progress import Progress
 from tuner.settings import Settings
 from tuner.settings import load as load_settings
 from tuner.sim.serving import DEFAULT_NOISE
 from tuner.space import DEFAULT_SPACE, Space, load_space, resolve_space
-from tuner.study import STUDIES_DIR, Search, best_record, default_storage_url, default_study_name, redact_url
+from tuner.storage import STUDIES_DIR, default_storage_url, redact_url
+from tuner.study import Search, default_study_name
 from tuner.transports.ssh import SshTransport
+from tuner.trial_record import StudyInfo
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -121,7 +126,7 @@ def make_objective(space: Space, args: argparse.Namespace) -> Objective:
     return Objective(**data)
 
 
-def make_backend(space: Space, args: argparse.Namespace, study_name: str, settings: Settings) -> Backend:
+def make_measurer(space: Space, args: argparse.Namespace, study_name: str, settings: Settings) -> Measurer:
     if args.noise < 0:
         raise UsageError("--noise must be >= 0")
     if args.backend == "sim":
@@ -130,7 +135,7 @@ def make_backend(space: Space, args: argparse.Namespace, study_name: str, settin
                 f"{space.source}: engine {space.spec.engine!r} has no simulator; "
                 "run it on a real server with --backend local|ssh|systemd"
             )
-        return SimBackend(space.hardware, space.model, noise=args.noise)
+        return SimMeasurer(space.hardware, space.model, noise=args.noise)
     hosts = [h.strip() for h in args.hosts.split(",") if h.strip()] if args.hosts else settings.hosts
     if args.backend == "ssh" and not hosts:
         raise UsageError("--backend ssh needs --hosts (or TUNER_HOSTS / hosts in tuner.toml)")
@@ -144,7 +149,7 @@ def make_backend(space: Space, args: argparse.Namespace, study_name: str, settin
             SshTransport(h, user=settings.ssh_user, identity_file=settings.ssh_key, port=settings.ssh_port)
             for h in hosts
         ]
-    return LauncherBackend(
+    return LauncherMeasurer(
         args.backend,
         log_dir=STUDIES_DIR / study_name,
         health_timeout_s=timeout,
@@ -162,7 +167,7 @@ def run(args: argparse.Namespace) -> int:
     space = load_space(resolve_space(args.space))
     objective = make_objective(space, args)
     study_name = args.study or default_study_name(space, objective)
-    backend = make_backend(space, args, study_name, settings)
+    measurer = make_measurer(space, args, study_name, settings)
     workers = args.workers or settings.workers
     if workers < 1:
         raise UsageError("--workers must be at least 1")
@@ -188,7 +193,7 @@ def run(args: argparse.Namespace) -> int:
 
     search = Search(
         space,
-        backend,
+        measurer,
         study_name=study_name,
         storage=storage,
         objective=objective,
@@ -205,7 +210,7 @@ def run(args: argparse.Namespace) -> int:
     already = search.finished()
     print(
         f"study {study_name} ({redact_url(storage)}): space {space.name}, objective {objective.name}, "
-        f"backend {backend.name}, {workers} worker(s), {already} of {args.budget} trials finished",
+        f"backend {measurer.backend}, {workers} worker(s), {already} of {args.budget} trials finished",
         flush=True,
     )
     started = time.monotonic()
@@ -236,9 +241,9 @@ def summary(
     trials = study.get_trials(deepcopy=False)
     counts: dict[str, int] = {}
     for t in trials:
-        o = t.user_attrs.get("outcome", t.state.name.lower())
+        o = trial_record.outcome(t)
         counts[o] = counts.get(o, 0) + 1
-    server_s = sum(float(t.user_attrs.get("server_s", 0.0)) for t in trials)
+    server_s = sum(trial_record.server_s(t) for t in trials)
     print(
         f"\n{len(trials)} trials ({', '.join(f'{v} {k}' for k, v in sorted(counts.items()))}); "
         f"server time {server_s / 3600:.1f} h; this run {elapsed:.1f} s"
@@ -252,11 +257,11 @@ def summary(
         else ""
     )
     print(f"best: trial #{best.number}, {objective.name} = {best.mean:.1f} tok/s{launches}")
-    for lv in best.attrs.get("levels", []):
+    for lv in best.levels:
         print(f"  C={lv['concurrency']:3d}: {lv['output_tok_s']:8.1f} tok/s")
-    print("  flags: " + " ".join(best.attrs.get("flags", [])))
-    if best.attrs.get("env"):
-        print("  env:   " + " ".join(f"{k}={v}" for k, v in best.attrs["env"].items()))
+    print("  flags: " + " ".join(best.argv))
+    if best.env:
+        print("  env:   " + " ".join(f"{k}={v}" for k, v in best.env.items()))
     where = f" --study {study_name}" + (f" --storage '{redact_url(storage)}'" if storage else "")
-    engine = study.user_attrs.get("engine", "sglang")
+    engine = StudyInfo.of(study.user_attrs).engine or DEFAULT_ENGINE
     print(f"unit file: tuner best{where} > {engine}.service")

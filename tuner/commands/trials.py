@@ -6,7 +6,8 @@ import argparse
 
 from tuner.commands._common import add_study_args
 from tuner.errors import UsageError
-from tuner.study import MODEL_PICK, REPEAT_OF, TrialRecord, load_study
+from tuner.storage import load_study
+from tuner.trial_record import TrialRecord
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -24,16 +25,14 @@ def run(args: argparse.Namespace) -> int:
     for t in study.get_trials(deepcopy=False):
         rec = TrialRecord.of(t)
         value = "-" if not rec.values else "/".join(f"{v:.1f}" for v in rec.values)
-        levels = " ".join(
-            f"C{lv['concurrency']}:{lv['output_tok_s']:.0f}" for lv in rec.attrs.get("levels", [])
-        )
-        reason = rec.attrs.get("reason", "")
+        levels = " ".join(f"C{lv['concurrency']}:{lv['output_tok_s']:.0f}" for lv in rec.levels)
+        reason = rec.reason or ""
         if rec.outcome == "reused":
-            reason = f"reused trial #{rec.attrs.get('reused_from')}"
-        if REPEAT_OF in rec.attrs:
-            reason = (f"launched again: same configuration as #{rec.attrs[REPEAT_OF]} " + reason).strip()
-        if MODEL_PICK in rec.attrs:
-            pick = f"the additive model's pick: #{rec.attrs[MODEL_PICK]} with the changes the study favours"
+            reason = f"reused trial #{rec.reused_from}"
+        if rec.repeat_of is not None:
+            reason = (f"launched again: same configuration as #{rec.repeat_of} " + reason).strip()
+        if rec.model_pick is not None:
+            pick = f"the additive model's pick: #{rec.model_pick} with the changes the study favours"
             reason = f"{pick} {reason}".strip()
         if "retry_history" in t.system_attrs or "failed_trial" in t.system_attrs:
             reason = (reason + f" (retry of #{t.system_attrs.get('failed_trial')})").strip()

@@ -2,7 +2,7 @@
 
 A :class:`LaunchSpec` is the complete, engine-neutral description of one server
 launch (argv + environment). Search spaces render to it; launchers start it; the
-unit and shell renderers in :mod:`tuner.units` print it. An :class:`Engine` knows one
+unit and shell renderers in :mod:`tuner.systemd_unit` print it. An :class:`Engine` knows one
 engine's flags: how to parse them into its :class:`ServerArgs` and check them (the
 launch-time rules, so impossible combinations are rejected without a launch), how to
 render flag values, where its health endpoint is and which log lines mean ready or

@@ -65,7 +65,7 @@ class SystemdLauncher(Launcher):
     ):
         """``unit_name``: the unit (default ``tuner-<port>``); ``unit_dir``: where its file
         is written; ``unit_options``: extra keywords for
-        :func:`tuner.units.render_systemd_unit` (``user``, ``working_directory``,
+        :func:`tuner.systemd_unit.render_systemd_unit` (``user``, ``working_directory``,
         ``environment_file``, ``python``: the interpreter path on the unit's host when
         ``argv[0]`` is ``python3``...; trials default to ``restart="no"``); ``log_lines``:
         how many journal lines are fetched into the trial log. Other options: see :class:`Launcher`."""
@@ -156,8 +156,8 @@ class SystemdLauncher(Launcher):
             return int(time.time())
 
     def render_unit(self, spec: LaunchSpec) -> str:
-        """The unit file text for ``spec`` (:func:`tuner.units.render_systemd_unit`)."""
-        from tuner.units import render_systemd_unit
+        """The unit file text for ``spec`` (:func:`tuner.systemd_unit.render_systemd_unit`)."""
+        from tuner.systemd_unit import render_systemd_unit
 
         # Restart=no: a trial that fails must fail once, visibly, not loop on restarts.
         options = {

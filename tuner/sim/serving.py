@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tuner.metrics import LevelMetrics, summarize
-from tuner.records import LevelRecords, RequestRecord
+from tuner.request_records import LevelRecords, RequestRecord
 from tuner.sim.lengths import SHORT_CHAT_PROMPT_TOKENS, reply_lengths
 from tuner.sim.model import PerfModel
 from tuner.sim.scheduler import SglangScheduler

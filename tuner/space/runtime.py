@@ -397,7 +397,7 @@ class Space:
         description: str | None = None,
     ) -> str:
         """The systemd unit of ``params``, with the space's ``launch.unit`` settings."""
-        from tuner.units import render_systemd_unit
+        from tuner.systemd_unit import render_systemd_unit
 
         settings = self.spec.launch.unit
         return render_systemd_unit(
@@ -412,7 +412,7 @@ class Space:
 
     def shell(self, params: Mapping[str, Any]) -> str:
         """A copy-pasteable shell command of ``params``."""
-        from tuner.units import render_shell
+        from tuner.systemd_unit import render_shell
 
         return render_shell(self.render(params))
 

@@ -18,7 +18,7 @@ __all__ = ["SPACE_SUFFIXES", "Bundle", "Constraint", "Launch", "Parameter", "Spa
 
 
 class UnitSettings(Strict):
-    """systemd unit settings for the rendered service (see tuner.units)."""
+    """systemd unit settings for the rendered service (see tuner.systemd_unit)."""
 
     description: str | None = None
     user: str | None = None

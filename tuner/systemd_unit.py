@@ -27,14 +27,33 @@ RESTART_SEC = 30
 LIMIT_NOFILE = 65535
 
 #: Name parts that mark a variable or flag as a secret (``HF_TOKEN``, ``--api-key``).
-SECRET_WORDS = frozenset({
-    "TOKEN", "SECRET", "SECRETS", "PASSWORD", "PASSWD", "KEY", "APIKEY", "CREDENTIAL", "CREDENTIALS",
-})
+SECRET_WORDS = frozenset(
+    {
+        "TOKEN",
+        "SECRET",
+        "SECRETS",
+        "PASSWORD",
+        "PASSWD",
+        "KEY",
+        "APIKEY",
+        "CREDENTIAL",
+        "CREDENTIALS",
+    }
+)
 
 _PYTHON = re.compile(r"^python(\d+(\.\d+)?)?$")
 _ENV_ASSIGNMENT = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$", re.DOTALL)
-_C_ESCAPES = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\t": "\\t", "\r": "\\r", "\a": "\\a",
-              "\b": "\\b", "\f": "\\f", "\v": "\\v"}
+_C_ESCAPES = {
+    "\\": "\\\\",
+    '"': '\\"',
+    "\n": "\\n",
+    "\t": "\\t",
+    "\r": "\\r",
+    "\a": "\\a",
+    "\b": "\\b",
+    "\f": "\\f",
+    "\v": "\\v",
+}
 
 
 def looks_secret(name: str) -> bool:
@@ -76,9 +95,7 @@ def systemd_quote(arg: str, *, expand: bool = False) -> str:
     if not expand:
         text = text.replace("$", "$$")
     plain = (
-        text
-        and text != ";"
-        and not any(ch.isspace() or ch in "\"'\\" or not ch.isprintable() for ch in text)
+        text and text != ";" and not any(ch.isspace() or ch in "\"'\\" or not ch.isprintable() for ch in text)
     )
     return text if plain else f'"{_c_escape(text)}"'
 
@@ -101,8 +118,10 @@ def _executable(argv0: str, python: str | None) -> str:
     else:
         exe = shutil.which(argv0) or ""
         if not exe:
-            raise ValueError(f"systemd needs an absolute path to {argv0!r}, which is not on PATH here: "
-                             "give an absolute command (or the python interpreter for the unit)")
+            raise ValueError(
+                f"systemd needs an absolute path to {argv0!r}, which is not on PATH here: "
+                "give an absolute command (or the python interpreter for the unit)"
+            )
     if not exe.startswith("/"):
         raise ValueError(f"systemd needs an absolute path to the executable, not {exe!r}")
     if "%" in exe or "$" in exe:

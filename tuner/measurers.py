@@ -1,6 +1,7 @@
-"""Where a trial's server runs and how it is measured: one interface, several backends.
+"""Where a trial's server runs and how it is measured: one interface (:class:`Measurer`),
+one implementation per ``--backend`` (the simulator, or a launcher plus the load generator).
 
-A backend takes the rendered launch (argv + env) and the workload, starts the server,
+A measurer takes the rendered launch (argv + env) and the workload, starts the server,
 runs the sweep level by level (asking the study after each level whether to go on),
 stops the server whatever happened, and returns a :class:`Measurement`. The study
 code never knows whether the numbers came from the simulator or a real host.
@@ -20,7 +21,7 @@ from tuner.engines.base import LaunchSpec
 from tuner.failures import LaunchFailure
 from tuner.metrics import LevelMetrics, summarize
 from tuner.objectives import Objective, goodput_tok_s
-from tuner.records import LevelRecords
+from tuner.request_records import LevelRecords
 from tuner.sim.model import PerfModel
 from tuner.sim.serving import DEFAULT_NOISE, ServingSimulator
 from tuner.workload import Workload
@@ -52,15 +53,16 @@ class Interrupted(Exception):
     """The run was stopped (Ctrl-C or SIGTERM in another thread) while this trial ran."""
 
 
-class Backend(ABC):
-    """Launch, measure, stop."""
+class Measurer(ABC):
+    """Launch, measure, stop: what ``--backend`` selects."""
 
-    name: str
+    #: The ``--backend`` name (sim, local, ssh, systemd), recorded on each trial.
+    backend: str
 
     def interrupt(self) -> None:
-        """Stop every server this backend is running now (called from another thread).
+        """Stop every server this measurer is running now (called from another thread).
 
-        The default does nothing: a backend without processes has nothing to stop.
+        The default does nothing: a measurer without processes has nothing to stop.
         """
         return None
 
@@ -93,10 +95,10 @@ def record_level(
     return True
 
 
-class SimBackend(Backend):
+class SimMeasurer(Measurer):
     """The built-in simulator of a host: no process, no GPU, same records as a real run."""
 
-    name = "sim"
+    backend = "sim"
 
     def __init__(
         self, hardware: str, model: str, *, noise: float = DEFAULT_NOISE, startup_s: float = SIM_STARTUP_S
@@ -138,7 +140,7 @@ class SimBackend(Backend):
 DEFAULT_HEALTH_TIMEOUT_S = 1800.0
 
 
-class LauncherBackend(Backend):
+class LauncherMeasurer(Measurer):
     """A real server: started by a launcher (local process, ssh, systemd), measured over HTTP.
 
     ``hosts`` is the pool of machines (ssh destinations; ``None`` = this machine): each
@@ -158,8 +160,7 @@ class LauncherBackend(Backend):
         launcher_options: dict | None = None,
         secret_env: Mapping[str, str] | None = None,
     ):
-        self.name = kind
-        self.kind = kind
+        self.backend = kind
         self.log_dir = log_dir
         self.health_timeout_s = health_timeout_s
         self.launcher_options = dict(launcher_options or {})
@@ -213,7 +214,7 @@ class LauncherBackend(Backend):
             # Secrets (an HF token) reach the server's environment, never the trial records.
             spec = spec.model_copy(update={"env": {**spec.env, **self.secret_env}})
         launcher = make_launcher(
-            self.kind, engine=engines.get(spec.engine), ssh=host, **self.launcher_options
+            self.backend, engine=engines.get(spec.engine), ssh=host, **self.launcher_options
         )
         log_path = self.log_dir / f"{trial_label}.log"
         log_path.parent.mkdir(parents=True, exist_ok=True)

@@ -11,19 +11,12 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import BEST
 from tuner.engines.base import LaunchSpec
 from tuner.space import DEFAULT_SPACE, load_space
-from tuner.units import looks_secret, parse_shell, render_shell, render_systemd_unit, systemd_quote
+from tuner.systemd_unit import looks_secret, parse_shell, render_shell, render_systemd_unit, systemd_quote
 
 SYSTEMD_ANALYZE = shutil.which("systemd-analyze") or "/usr/bin/systemd-analyze"
-
-BEST = {
-    "layout": "tp8", "ep_size": 8, "moe_dense_tp_size": None, "enable_eplb": False,
-    "moe_a2a_backend": "none", "disable_cuda_graph": False, "cuda_graph_max_bs": 256,
-    "max_running_requests": 256, "num_continuous_decode_steps": 8, "mem_fraction_static": 0.88,
-    "nccl_proto": "LL,Simple", "nccl_min_nchannels": 8, "nccl_max_nchannels": 16, "nccl_nthreads": 512,
-    "nccl_buffsize": 16777216,
-}
 
 #: Values a real launch may carry that every quoting layer must survive.
 AWKWARD_ARGS = [
@@ -38,7 +31,8 @@ AWKWARD_ENV = {"SGLANG_LOG_PREFIX": "a b\"c%d$e\\f'g", "CUDA_VISIBLE_DEVICES": "
 
 @pytest.fixture(scope="module")
 def spec() -> LaunchSpec:
-    base = load_space(DEFAULT_SPACE).render(BEST)
+    # NCCL_PROTO with a comma: a value the shell form must keep as one word.
+    base = load_space(DEFAULT_SPACE).render({**BEST, "nccl_proto": "LL,Simple"})
     return base.model_copy(update={"argv": [*base.argv, *AWKWARD_ARGS], "env": {**base.env, **AWKWARD_ENV}})
 
 

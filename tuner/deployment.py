@@ -1,0 +1,78 @@
+"""A trial's configuration in the forms a person deploys: a systemd unit or a shell command.
+
+``tuner best`` renders the recommended trial this way and the dashboard's notes render
+every trial the same way, so the unit a person copies from either launches what was
+measured, with the same header of measured numbers.
+"""
+
+from __future__ import annotations
+
+from tuner.engines.base import LaunchSpec
+from tuner.metrics import LevelMetrics
+from tuner.objectives import peak_tok_s, single_stream
+from tuner.systemd_unit import render_shell, render_systemd_unit
+from tuner.trial_record import StudyInfo, TrialRecord
+
+#: Engine of studies that did not record theirs (the first engine the tuner supported).
+DEFAULT_ENGINE = "sglang"
+
+
+def launch_spec(rec: TrialRecord, info: StudyInfo) -> LaunchSpec:
+    """The launch trial ``rec`` measured (its command and environment)."""
+    return LaunchSpec(argv=list(rec.argv), env=dict(rec.env), engine=info.engine or DEFAULT_ENGINE)
+
+
+def header_lines(study_name: str, rec: TrialRecord) -> list[str]:
+    """The comment lines at the top of a unit: study, trial, measured numbers, and what the
+    recommendation rests on (repeated launches, the pooled estimate)."""
+    levels = [LevelMetrics(**lv) for lv in rec.levels]
+    lines = [
+        f"tuner study {study_name}, trial #{rec.number}",
+        f"single-stream {single_stream(levels):.1f} tok/s, peak {peak_tok_s(levels):.1f} tok/s "
+        f"(backend {rec.backend or '?'})",
+    ]
+    lines += [f"  C={lv.concurrency}: {lv.output_tok_s:.1f} tok/s" for lv in levels]
+    if len(rec.runs) > 1 and rec.mean is not None:
+        trials = ", ".join(f"#{n}" for n in rec.runs)
+        lines.append(f"launched {len(rec.runs)} times (trials {trials}): objective mean {rec.mean:.1f} tok/s")
+    if rec.estimate is not None:
+        lines.append(
+            f"estimated objective {rec.estimate:.1f} tok/s (its launches pooled with what its "
+            "settings measured in the rest of the study)"
+        )
+    if not rec.feasible:
+        lines.append(f"not a recommended configuration: {rec.outcome}")
+    return lines
+
+
+def unit_text(
+    study_name: str,
+    rec: TrialRecord,
+    info: StudyInfo,
+    *,
+    python: str | None = None,
+    description: str | None = None,
+) -> str:
+    """The systemd unit that launches trial ``rec``'s configuration, with the study's unit
+    settings (:attr:`StudyInfo.unit`). ``python``: the interpreter (default: the study's
+    ``python`` setting); ``description``: used when the settings give none (default: the
+    engine's server tuned by this study). Raises ValueError when the unit cannot be
+    rendered (no command, a relative path, a program not found here)."""
+    spec = launch_spec(rec, info)
+    settings = info.unit
+    return render_systemd_unit(
+        spec,
+        description=settings.get("description")
+        or description
+        or f"{spec.engine} server tuned by tuner ({study_name})",
+        header=header_lines(study_name, rec),
+        python=python or settings.get("python"),
+        user=settings.get("user"),
+        working_directory=settings.get("working_directory"),
+        environment_file=settings.get("environment_file"),
+    )
+
+
+def shell_text(rec: TrialRecord, info: StudyInfo) -> str:
+    """A copy-pasteable shell command that launches trial ``rec``'s configuration."""
+    return render_shell(launch_spec(rec, info))

@@ -1,0 +1,55 @@
+"""A study as one self-contained report: an HTML page that opens offline, or Markdown tables.
+
+The HTML file carries plotly.js once (inline) and every figure as a ``div`` that draws
+itself with it, so it can be mailed, attached to a ticket or opened on a machine with
+no network. What it shows, all from the trials' user attributes (the study's whole
+state, see :mod:`tuner.trial_record`):
+
+* a summary of the study and the winning command;
+* the top configurations (distinct configurations; reused trials are copies) with
+  what each changes relative to the winner;
+* optimization history: the objective per trial, the best so far, pruned trials at the
+  last level they reached, refused/failed trials at zero;
+* parameter importances (PED-ANOVA, Optuna's default evaluator: deterministic, and it
+  handles the conditional parameters of a space; the seeded fANOVA evaluator needs
+  scikit-learn) over the measured feasible configurations, or a sentence saying why
+  there are too few;
+* intermediate values: each trial's value at each level, and where pruning cut;
+* single-stream versus peak (the Pareto front), labelled by layout, which is where the
+  TP-versus-EP trade-off shows: TP layouts win at one stream, EP layouts at peak;
+* tok/s against concurrency for the top five configurations;
+* failures by class, with counts and reasons.
+
+``render_markdown`` gives the tables alone, for a pull request or a chat.
+"""
+
+from __future__ import annotations
+
+import optuna
+
+from tuner.report.data import FIGURES, ReportData, failure_rows, importances, layout_label, pareto_front
+from tuner.report.page import render_html
+from tuner.report.tables import render_markdown
+
+
+def build_report(study: optuna.Study, fmt: str = "html") -> str:
+    """The report of ``study`` as text: ``html`` (self-contained page) or ``md`` (tables)."""
+    data = ReportData.of(study)
+    if fmt == "md":
+        return render_markdown(data)
+    if fmt == "html":
+        return render_html(data)
+    raise ValueError(f"unknown report format {fmt!r} (html or md)")
+
+
+__all__ = [
+    "FIGURES",
+    "ReportData",
+    "build_report",
+    "failure_rows",
+    "importances",
+    "layout_label",
+    "pareto_front",
+    "render_html",
+    "render_markdown",
+]

@@ -1,0 +1,247 @@
+"""The report's data: a study read once (:class:`ReportData`), and what is derived from it
+(layouts, differences from the winner, importances, failure classes, the Pareto front)."""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections import Counter, defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import optuna
+
+from tuner import estimates
+from tuner.estimates import Estimate
+from tuner.trial_record import StudyInfo, TrialRecord
+
+#: Configurations in the top table, and curves in the concurrency figure.
+TOP_N = 10
+CURVES_N = 5
+#: Fewer measured configurations than this: no importance figure (the ranking is noise).
+MIN_IMPORTANCE_CONFIGS = 4
+#: Objects of the report's figures, in page order: (id, title).
+FIGURES = (
+    ("history", "Optimization history"),
+    ("importance", "Parameter importances"),
+    ("intermediate", "Intermediate values (per level) and where pruning cut"),
+    ("pareto", "Single-stream vs peak: the Pareto front"),
+    ("curves", "Throughput vs concurrency, top configurations"),
+)
+
+
+# --------------------------------------------------------------------------- the data
+
+
+def _option(argv: Sequence[str], *names: str) -> str | None:
+    for i, word in enumerate(argv):
+        flag, eq, value = word.partition("=")
+        if flag in names:
+            if eq:
+                return value
+            if i + 1 < len(argv) and not argv[i + 1].startswith("--"):
+                return argv[i + 1]
+            return ""
+    return None
+
+
+def _int(text: str | None, default: int = 1) -> int:
+    try:
+        return int(text) if text not in (None, "") else default
+    except ValueError:
+        return default
+
+
+def layout_label(argv: Sequence[str]) -> str:
+    """A short name of a launch's parallel layout: ``TP8``, ``TP8 EP8``, ``TP4 PP2``,
+    ``PP8 EP8 EPLB``, ``TP8 EP8 DeepEP``."""
+    tp = _int(_option(argv, "--tp-size", "--tp", "--tensor-parallel-size"))
+    pp = _int(_option(argv, "--pp-size", "--pipeline-parallel-size"))
+    ep = _int(_option(argv, "--ep-size", "--ep", "--expert-parallel-size"))
+    dp = _int(_option(argv, "--dp-size", "--dp", "--data-parallel-size"))
+    parts = []
+    if tp > 1 or pp == 1:
+        parts.append(f"TP{tp}")
+    if pp > 1:
+        parts.append(f"PP{pp}")
+    if ep > 1:
+        parts.append(f"EP{ep}")
+    if dp > 1:
+        parts.append(f"DP{dp}")
+    if _option(argv, "--enable-eplb") is not None:
+        parts.append("EPLB")
+    if (_option(argv, "--moe-a2a-backend") or "").lower() == "deepep":
+        parts.append("DeepEP")
+    return " ".join(parts)
+
+
+@dataclass
+class ReportData:
+    """A study, read once, in the shape the report's parts use."""
+
+    study_name: str
+    objective: str
+    multi: bool
+    space: str
+    engine: str
+    metric_names: list[str]
+    trials: list[TrialRecord]
+    best: TrialRecord | None
+    generated: str
+    #: Every launch of each feasible configuration, by config_key (see tuner.estimates).
+    estimates: dict[str, Estimate] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, study: optuna.Study) -> ReportData:
+        frozen = study.get_trials(deepcopy=False)
+        trials = [TrialRecord.of(t) for t in frozen]
+        info = StudyInfo.of(study.user_attrs)
+        ev = estimates.evidence(frozen)
+        leader = ev.leader()
+        best = next((t for t in trials if leader and t.number == leader.trial.number), None)
+        return cls(
+            study_name=study.study_name,
+            objective=info.objective,
+            multi=len(study.directions) > 1,
+            space="?" if info.space is None else str(info.space),
+            engine="?" if info.engine is None else str(info.engine),
+            metric_names=list(study.metric_names or []),
+            trials=trials,
+            best=best,
+            generated=datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+            estimates={e.key: e for e in ev.estimates},
+        )
+
+    def launches(self, t: TrialRecord) -> Estimate | None:
+        """All launches of ``t``'s configuration (None if it never met its constraints)."""
+        return self.estimates.get(str(t.config_key))
+
+    def config_value(self, t: TrialRecord) -> float:
+        """The configuration's estimated value (its launches pooled with the study's, see
+        :mod:`tuner.estimates`); the trial's own value without one."""
+        e = self.launches(t)
+        return e.value if e is not None else (t.final_value or 0.0)
+
+    def configs(self, *, feasible_only: bool = True) -> list[TrialRecord]:
+        """Distinct measured configurations (reused trials are copies), best estimate first."""
+        seen: set[str] = set()
+        out: list[TrialRecord] = []
+        for t in sorted(self.trials, key=lambda t: (-self.config_value(t), t.number)):
+            if not t.measured or (feasible_only and not t.feasible):
+                continue
+            key = str(t.number if t.config_key is None else t.config_key)
+            if key in seen:
+                continue
+            seen.add(key)
+            out.append(t)
+        return out
+
+    def outcome_counts(self) -> dict[str, int]:
+        counts = Counter("error" if t.outcome == "fail" else t.outcome for t in self.trials)
+        return dict(sorted(counts.items()))
+
+
+def param_differences(params: Mapping[str, Any], winner: Mapping[str, Any]) -> list[tuple[str, Any, Any]]:
+    """``(name, value, winner's value)`` for each parameter that differs (None: not set)."""
+    names = list(winner) + [k for k in params if k not in winner]
+    return [(k, params.get(k), winner.get(k)) for k in names if params.get(k) != winner.get(k)]
+
+
+def _fmt_param(v: Any) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    return str(v)
+
+
+def differences_text(t: TrialRecord, winner: TrialRecord | None) -> str:
+    if winner is None:
+        return ""
+    if t.number == winner.number:
+        return "(winner)"
+    diffs = param_differences(t.params, winner.params)
+    if not diffs:
+        return "(same parameters)"
+    return ", ".join(f"{k}={_fmt_param(v)} (winner {_fmt_param(w)})" for k, v, w in diffs)
+
+
+def importances(data: ReportData) -> tuple[dict[str, float], str]:
+    """Parameter importances over the measured feasible configurations, and a sentence
+    on what they are based on (or why there are none)."""
+    configs = data.configs()
+    if len(configs) < MIN_IMPORTANCE_CONFIGS:
+        return {}, (
+            f"Not enough measured configurations for parameter importances: {len(configs)} "
+            f"(at least {MIN_IMPORTANCE_CONFIGS} needed)."
+        )
+    study = optuna.create_study(direction="maximize")
+    for t in configs:
+        value = t.final_value
+        if value is None or not math.isfinite(value):
+            continue
+        study.add_trial(
+            optuna.trial.create_trial(params=t.params, distributions=t.distributions, value=value)
+        )
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            result = optuna.importance.get_param_importances(
+                study, evaluator=optuna.importance.PedAnovaImportanceEvaluator()
+            )
+    except Exception as exc:  # too little variation, a distribution it cannot read...
+        return {}, f"Parameter importances could not be computed: {exc}"
+    what = "peak tok/s" if data.multi else f"the {data.objective} objective"
+    return dict(result), (
+        f"PED-ANOVA importances of {what} over {len(configs)} measured feasible configurations"
+        + (" (few: read as a hint)." if len(configs) < 10 else ".")
+    )
+
+
+def failure_rows(data: ReportData) -> list[tuple[str, list[int], list[tuple[str, int]]]]:
+    """``(class, trial numbers, [(reason, count)...])`` of everything that did not give a
+    feasible measurement, most frequent class first."""
+    groups: dict[str, list[TrialRecord]] = defaultdict(list)
+    for t in data.trials:
+        reason = (t.reason or "").strip()
+        if t.outcome == "failed":
+            groups[f"failed: {t.failure_class or 'unknown'}"].append(t)
+        elif t.outcome == "infeasible":
+            prefix = reason.split(":", 1)[0].strip() if ":" in reason else "rules"
+            groups[f"infeasible: {prefix}"].append(t)
+        elif t.outcome == "pruned":
+            groups["pruned"].append(t)
+        elif t.violations:
+            groups["constraint: " + ", ".join(sorted(t.violations))].append(t)
+        elif t.state == "FAIL":
+            groups["error"].append(t)
+    rows = []
+    for cls, ts in groups.items():
+        reasons = Counter(_one_line(str(t.reason or t.fail_reason or t.outcome))[:200] for t in ts)
+        rows.append((cls, [t.number for t in ts], reasons.most_common()))
+    rows.sort(key=lambda r: (-len(r[1]), r[0]))
+    return rows
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _numbers(ns: Sequence[int], limit: int = 12) -> str:
+    shown = ", ".join(f"#{n}" for n in ns[:limit])
+    return shown + (f" and {len(ns) - limit} more" if len(ns) > limit else "")
+
+
+def pareto_front(points: Sequence[tuple[float, float]]) -> list[int]:
+    """Indices of the points no other point beats on both coordinates (both maximised),
+    in order of the first coordinate."""
+    idx = []
+    for i, (x, y) in enumerate(points):
+        dominated = any(
+            (x2 >= x and y2 >= y) and (x2 > x or y2 > y) for j, (x2, y2) in enumerate(points) if j != i
+        )
+        if not dominated:
+            idx.append(i)
+    return sorted(idx, key=lambda i: points[i][0])

@@ -1,0 +1,141 @@
+"""The report's tables (summary, top configurations, throughput per level, failures) and
+the Markdown rendering of them."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from tuner.report.data import (
+    CURVES_N,
+    TOP_N,
+    ReportData,
+    _numbers,
+    differences_text,
+    failure_rows,
+    importances,
+    layout_label,
+)
+from tuner.trial_record import TrialRecord
+
+# --------------------------------------------------------------------------- tables
+
+
+def summary_rows(data: ReportData) -> list[tuple[str, str]]:
+    counts = data.outcome_counts()
+    server_s = sum(float(t.server_s or 0.0) for t in data.trials)
+    rows = [
+        ("study", data.study_name),
+        ("space", data.space),
+        ("objective", data.objective + (" (single-stream and peak)" if data.multi else "")),
+        ("trials", f"{len(data.trials)}: " + ", ".join(f"{v} {k}" for k, v in counts.items())),
+        ("server time", f"{server_s / 3600:.1f} h"),
+    ]
+    b = data.best
+    if b is not None:
+        peak = f"{b.peak:.1f} tok/s at C={b.peak_c}" if b.peak is not None else "-"
+        single = f"{b.single:.1f} tok/s" if b.single is not None else "-"
+        e = data.launches(b)
+        runs = f"; mean of {e.runs} launches {e.mean:.1f} tok/s" if e is not None and e.runs > 1 else ""
+        if e is not None:
+            runs += f"; estimate {e.value:.1f} tok/s"
+        rows.append(
+            (
+                "winner",
+                f"trial #{b.number} ({layout_label(b.argv)}): peak {peak}, single-stream {single}{runs}",
+            )
+        )
+    else:
+        rows.append(("winner", "no feasible completed trial"))
+    rows.append(("generated", data.generated))
+    return rows
+
+
+TOP_HEADER = (
+    "rank",
+    "trial",
+    "estimate tok/s",
+    "C=1 tok/s",
+    "peak tok/s",
+    "at C",
+    "layout",
+    "differs from winner",
+)
+
+
+def top_rows(data: ReportData, n: int = TOP_N) -> list[tuple[str, ...]]:
+    rows = []
+    for rank, t in enumerate(data.configs()[:n], 1):
+        rows.append(
+            (
+                str(rank),
+                f"#{t.number}",
+                _num(data.config_value(t)),
+                _num(t.single),
+                _num(t.peak),
+                str(t.peak_c or "-"),
+                layout_label(t.argv),
+                differences_text(t, data.best),
+            )
+        )
+    return rows
+
+
+def curve_rows(data: ReportData, n: int = CURVES_N) -> tuple[list[str], list[list[str]]]:
+    """Per-level tok/s of the top ``n`` configurations: header and rows."""
+    top = data.configs()[:n]
+    cs = sorted({lv["concurrency"] for t in top for lv in t.levels})
+    rows = []
+    for t in top:
+        by_c = {lv["concurrency"]: lv["output_tok_s"] for lv in t.levels}
+        rows.append([f"#{t.number}", layout_label(t.argv)] + [_num(by_c.get(c)) for c in cs])
+    return ["trial", "layout"] + [f"C={c}" for c in cs], rows
+
+
+def _num(v: float | None, spec: str = ".1f") -> str:
+    return "-" if v is None or not math.isfinite(v) else format(v, spec)
+
+
+def _md_cell(text: Any) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def md_table(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> list[str]:
+    lines = ["| " + " | ".join(_md_cell(h) for h in header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in rows]
+    return lines
+
+
+def render_markdown(data: ReportData) -> str:
+    """The report's tables as Markdown (no figures)."""
+    out = [f"## tuner report: {data.study_name}", ""]
+    out += md_table(("", ""), summary_rows(data))
+    if data.best is not None:
+        out += ["", "Winning command:", "", "```", _command(data.best), "```"]
+    out += ["", "### Top configurations", ""]
+    rows = top_rows(data)
+    out += md_table(TOP_HEADER, rows) if rows else ["No feasible measured configuration yet."]
+    header, crow = curve_rows(data)
+    if crow:
+        out += ["", f"### Throughput per level (tok/s), top {len(crow)}", ""]
+        out += md_table(header, crow)
+    imp, note = importances(data)
+    out += ["", "### Parameter importances", "", note]
+    if imp:
+        out += ["", *md_table(("parameter", "importance"), [(k, f"{v:.3f}") for k, v in imp.items()])]
+    out += ["", "### Failures by class", ""]
+    frows = failure_rows(data)
+    if frows:
+        out += md_table(
+            ("class", "count", "trials", "reasons"),
+            [(c, len(ns), _numbers(ns), "; ".join(f"{r} (x{k})" for r, k in rs[:3])) for c, ns, rs in frows],
+        )
+    else:
+        out.append("None: every trial gave a feasible measurement.")
+    return "\n".join(out) + "\n"
+
+
+def _command(t: TrialRecord) -> str:
+    env = " ".join(f"{k}={v}" for k, v in t.env.items())
+    return (env + " " if env else "") + " ".join(t.argv)

@@ -1,0 +1,363 @@
+"""What a trial records, in one place: the keys of its user attributes, the typed record
+read from them, and the writer that stores them.
+
+Everything a person or ``tuner best`` needs later lives in a trial's user attributes, so
+any Optuna storage is the whole state of a study. The search loop writes them only
+through :class:`TrialWriter`; every reader (the report, the dashboard's notes, progress
+lines, the estimates, the commands) reads a :class:`TrialRecord` or the accessors
+below, never an attribute by its string key.
+
+Studies written before the launch command was stored as ``argv`` stored it as ``flags``;
+:func:`argv` reads either.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+# --- attribute keys ---------------------------------------------------------------------
+#: What happened: complete, reused, pruned, infeasible or failed.
+OUTCOME = "outcome"
+#: Canonical identity of the configuration (:meth:`tuner.space.Space.key`).
+CONFIG_KEY = "config_key"
+#: The whole launch command (program, module and engine flags).
+ARGV = "argv"
+#: The launch command under its former name (read only, for older study databases).
+LEGACY_ARGV = "flags"
+#: Environment variables of the launch.
+ENV = "env"
+#: Name of the measurer that ran the trial (sim, local, ssh, ...: ``--backend``).
+BACKEND = "backend"
+#: Per-level metrics (:class:`tuner.metrics.LevelMetrics` dumps), lowest concurrency first.
+LEVELS = "levels"
+#: Why the trial was pruned, refused or failed, or which constraints it missed.
+REASON = "reason"
+#: The class of a failed launch (oom, crash, timeout, ..., error, interrupted).
+FAILURE_CLASS = "failure_class"
+#: Constraints the measurement missed: ``{name: shortfall}``.
+VIOLATIONS = "violations"
+#: Server time charged to the trial (start-up plus the sweep), seconds.
+SERVER_S = "server_s"
+STARTUP_S = "startup_s"
+#: The end of the server's log (failed launches).
+LOG_TAIL = "log_tail"
+#: What the server reported about itself (JSON-able).
+SERVER_INFO = "server_info"
+#: The trial whose results a reused trial copied.
+REUSED_FROM = "reused_from"
+#: A repeated measurement: the number of the trial it repeats.
+REPEAT_OF = "repeat_of"
+#: The additive model's pick: the number of the leader it improves on.
+MODEL_PICK = "model_pick"
+#: What a pruned trial measured of the objective before it was cut (a lower bound).
+PARTIAL_VALUE = "partial_value"
+
+# --- the study's own attributes -----------------------------------------------------------
+STUDY_SPACE = "space"
+STUDY_OBJECTIVE = "objective"
+STUDY_ENGINE = "engine"
+STUDY_WORKLOAD = "workload"
+#: The space's systemd unit settings, with the interpreter (``python``).
+STUDY_UNIT = "unit"
+
+#: Attributes a reused trial copies from the trial it reuses.
+_COPIED_ON_REUSE = (LEVELS, SERVER_INFO, REASON, FAILURE_CLASS, VIOLATIONS)
+#: Bytes of a server log kept on a trial.
+LOG_TAIL_CHARS = 4000
+#: Characters of a failure message kept in a reason.
+REASON_CHARS = 300
+
+
+# --- reading one attribute of a frozen trial (cheap: no record built) --------------------
+def outcome(t: FrozenTrial) -> str:
+    """The trial's outcome; the state's name where the trial recorded none (an error)."""
+    return str(t.user_attrs.get(OUTCOME, t.state.name.lower()))
+
+
+def config_key(t: FrozenTrial) -> str | None:
+    return t.user_attrs.get(CONFIG_KEY)
+
+
+def argv(attrs: Mapping[str, Any]) -> list[str]:
+    """The launch command stored in ``attrs`` (``argv``, or ``flags`` in older studies)."""
+    return list(attrs.get(ARGV) or attrs.get(LEGACY_ARGV) or [])
+
+
+def reused_from(t: FrozenTrial) -> int | None:
+    return t.user_attrs.get(REUSED_FROM)
+
+
+def violations(t: FrozenTrial) -> dict[str, float]:
+    return dict(t.user_attrs.get(VIOLATIONS) or {})
+
+
+def partial_value(t: FrozenTrial) -> float | None:
+    value = t.user_attrs.get(PARTIAL_VALUE)
+    return float(value) if value is not None else None
+
+
+def server_s(t: FrozenTrial) -> float:
+    return float(t.user_attrs.get(SERVER_S, 0.0) or 0.0)
+
+
+@dataclass
+class TrialRecord:
+    """The readable record of a trial (its user attributes, typed)."""
+
+    number: int
+    state: str
+    outcome: str
+    #: The objective's value (single-objective studies; None for a pareto study).
+    value: float | None
+    values: list[float] | None
+    params: dict[str, Any]
+    #: The raw user attributes, as stored.
+    attrs: dict[str, Any]
+    argv: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+    levels: list[dict[str, Any]] = field(default_factory=list)
+    #: None when the trial recorded none.
+    reason: str | None = None
+    failure_class: str | None = None
+    violations: dict[str, float] = field(default_factory=dict)
+    config_key: str | None = None
+    backend: str | None = None
+    server_s: float | None = None
+    startup_s: float | None = None
+    log_tail: str | None = None
+    reused_from: int | None = None
+    repeat_of: int | None = None
+    model_pick: int | None = None
+    #: Value reported at each level (step), for pruning.
+    intermediate: dict[int, float] = field(default_factory=dict)
+    distributions: dict[str, Any] = field(default_factory=dict, repr=False)
+    #: Optuna's reason for a trial it failed itself (a stale worker).
+    fail_reason: str | None = None
+    #: Trials that launched this configuration and met its constraints (the best record only:
+    #: see :func:`tuner.estimates.best_record`); ``mean`` is their mean objective value,
+    #: ``estimate`` the configuration's value pooled with the rest of the study
+    #: (:mod:`tuner.estimates`).
+    runs: tuple[int, ...] = ()
+    mean: float | None = None
+    estimate: float | None = None
+
+    @classmethod
+    def of(cls, t: FrozenTrial) -> TrialRecord:
+        a = t.user_attrs
+        return cls(
+            number=t.number,
+            state=t.state.name,
+            outcome=outcome(t),
+            value=t.value if t.values and len(t.values) == 1 else None,
+            values=t.values,
+            params=dict(t.params),
+            attrs=dict(a),
+            argv=argv(a),
+            env=dict(a.get(ENV) or {}),
+            levels=list(a.get(LEVELS) or []),
+            reason=a.get(REASON),
+            failure_class=a.get(FAILURE_CLASS),
+            violations=dict(a.get(VIOLATIONS) or {}),
+            config_key=a.get(CONFIG_KEY),
+            backend=a.get(BACKEND),
+            server_s=a.get(SERVER_S),
+            startup_s=a.get(STARTUP_S),
+            log_tail=a.get(LOG_TAIL),
+            reused_from=a.get(REUSED_FROM),
+            repeat_of=a.get(REPEAT_OF),
+            model_pick=a.get(MODEL_PICK),
+            intermediate=dict(sorted(t.intermediate_values.items())),
+            distributions=dict(t.distributions),
+            fail_reason=t.system_attrs.get("fail_reason"),
+        )
+
+    @property
+    def feasible(self) -> bool:
+        return self.state == "COMPLETE" and self.outcome in ("complete", "reused") and not self.violations
+
+    @property
+    def final_value(self) -> float | None:
+        """The objective's value, or a pareto study's last value (peak)."""
+        return self.values[-1] if self.values else None
+
+    @property
+    def measured(self) -> bool:
+        """Its own server ran the whole sweep (not a copy, not cut short)."""
+        return self.outcome == "complete" and bool(self.levels)
+
+    @property
+    def single(self) -> float | None:
+        """Single-stream tok/s (the level at concurrency 1), if measured."""
+        return next((lv["output_tok_s"] for lv in self.levels if lv.get("concurrency") == 1), None)
+
+    def _peak_level(self) -> dict[str, Any] | None:
+        multi = [lv for lv in self.levels if lv.get("concurrency", 0) > 1]
+        return max(multi, key=lambda lv: lv["output_tok_s"]) if multi else None
+
+    @property
+    def peak(self) -> float | None:
+        """The best tok/s of the levels above one stream."""
+        top = self._peak_level()
+        return top["output_tok_s"] if top else None
+
+    @property
+    def peak_c(self) -> int | None:
+        """The concurrency of :attr:`peak`."""
+        top = self._peak_level()
+        return top["concurrency"] if top else None
+
+
+@dataclass
+class StudyInfo:
+    """The study's own user attributes: what was searched, for what, with which engine."""
+
+    space: str | None
+    #: The objective's name (peak, single, pareto, ...).
+    objective: str
+    engine: str | None
+    workload: dict[str, Any] | None
+    #: systemd unit settings (description, user, working_directory, environment_file, python).
+    unit: dict[str, Any]
+
+    @classmethod
+    def of(cls, attrs: Mapping[str, Any]) -> StudyInfo:
+        objective = attrs.get(STUDY_OBJECTIVE, {})
+        name = objective.get("name", "peak") if isinstance(objective, Mapping) else str(objective)
+        return cls(
+            space=attrs.get(STUDY_SPACE),
+            objective=name,
+            engine=attrs.get(STUDY_ENGINE),
+            workload=attrs.get(STUDY_WORKLOAD),
+            unit=dict(attrs.get(STUDY_UNIT, {}) or {}),
+        )
+
+
+def write_study_info(
+    study: optuna.Study,
+    *,
+    space: str,
+    objective: Mapping[str, Any],
+    engine: str,
+    workload: Mapping[str, Any],
+    unit: Mapping[str, Any],
+) -> None:
+    """Store what a study searches (read back by :meth:`StudyInfo.of`)."""
+    study.set_user_attr(STUDY_SPACE, space)
+    study.set_user_attr(STUDY_OBJECTIVE, dict(objective))
+    study.set_user_attr(STUDY_ENGINE, engine)
+    study.set_user_attr(STUDY_WORKLOAD, dict(workload))
+    study.set_user_attr(STUDY_UNIT, dict(unit))
+
+
+def queued_repeat(number: int) -> dict[str, Any]:
+    """Attributes of a trial queued to measure trial ``number``'s configuration again."""
+    return {REPEAT_OF: number}
+
+
+def queued_model_pick(leader: int) -> dict[str, Any]:
+    """Attributes of a trial queued to launch the additive model's pick over ``leader``."""
+    return {MODEL_PICK: leader}
+
+
+class TrialWriter:
+    """The one place that stores a trial's attributes (the search loop's trial)."""
+
+    def __init__(self, trial: optuna.Trial):
+        self.trial = trial
+
+    def _set(self, key: str, value: Any) -> None:
+        self.trial.set_user_attr(key, value)
+
+    @property
+    def repeats(self) -> bool:
+        """The trial was queued as a repeated measurement (:data:`REPEAT_OF`)."""
+        return REPEAT_OF in self.trial.user_attrs
+
+    def launch(self, key: str, argv: Sequence[str], env: Mapping[str, str], backend: str) -> None:
+        """What the trial launches: its configuration's identity, command and environment."""
+        self._set(CONFIG_KEY, key)
+        self._set(ARGV, list(argv))
+        self._set(ENV, dict(env))
+        self._set(BACKEND, backend)
+
+    def measurement(
+        self,
+        levels: Sequence[dict[str, Any]],
+        server_s: float,
+        startup_s: float,
+        log_tail: str,
+        server_info: Mapping[str, Any],
+    ) -> None:
+        self._set(LEVELS, list(levels))
+        self._set(SERVER_S, round(server_s, 3))
+        self._set(STARTUP_S, round(startup_s, 3))
+        if log_tail:
+            self._set(LOG_TAIL, log_tail[-LOG_TAIL_CHARS:])
+        if server_info:
+            self._set(SERVER_INFO, _jsonable(server_info))
+
+    def failed(self, failure_class: str, reason: str) -> None:
+        self._set(OUTCOME, "failed")
+        self._set(FAILURE_CLASS, failure_class)
+        self._set(REASON, reason)
+
+    def error(self, exc: BaseException) -> None:
+        """The trial raised: recorded as failed with class ``error``."""
+        self.failed("error", f"error: {type(exc).__name__}: {exc}"[:REASON_CHARS])
+
+    def launch_failed(self, failure_class: str, message: str) -> None:
+        self.failed(failure_class, f"{failure_class}: {message.splitlines()[0][:REASON_CHARS]}")
+
+    def interrupted(self) -> None:
+        self.failed("interrupted", "interrupted: the run was stopped (Ctrl-C or SIGTERM)")
+
+    def pruned(self, reason: str, partial: float | None) -> None:
+        self._set(OUTCOME, "pruned")
+        self._set(REASON, reason)
+        if partial is not None:
+            self._set(PARTIAL_VALUE, partial)
+
+    def infeasible(self, reasons: Sequence[str]) -> None:
+        self._set(OUTCOME, "infeasible")
+        self._set(REASON, "; ".join(reasons))
+        self._set(SERVER_S, 0.0)
+
+    def missed(self, bad: Mapping[str, float]) -> None:
+        """Constraints the measurement missed (``{name: shortfall}``)."""
+        self._set(VIOLATIONS, dict(bad))
+        self._set(REASON, "infeasible: " + ", ".join(f"{k} short by {v:.1f}" for k, v in bad.items()))
+
+    def complete(self) -> None:
+        self._set(OUTCOME, "complete")
+
+    def reuse(self, original: FrozenTrial) -> None:
+        """Copy ``original``'s measurement (an identical configuration) instead of launching;
+        the outcome is set by :meth:`reused_outcome` once the values are copied."""
+        self._set(REUSED_FROM, original.number)
+        self._set(SERVER_S, 0.0)
+        for k in _COPIED_ON_REUSE:
+            if k in original.user_attrs:
+                self._set(k, original.user_attrs[k])
+
+    def reused_outcome(self, original: FrozenTrial) -> None:
+        if original.state == TrialState.PRUNED:
+            self._set(OUTCOME, "pruned")
+            return
+        copied = original.user_attrs.get(OUTCOME, "complete")
+        self._set(OUTCOME, "reused" if copied == "complete" else copied)
+
+
+def _jsonable(obj: Any) -> Any:
+    if isinstance(obj, dict):
+        return {str(k): _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_jsonable(v) for v in obj]
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    return obj
