@@ -54,6 +54,7 @@ from tuner.sim.realtime import (
     Generation,
     RealtimeEngine,
 )
+from tuner.workload import CHARS_PER_TOKEN
 
 #: SGLang's ready line; launchers wait for it.
 READY_LINE = "The server is fired up and ready to roll!"
@@ -68,7 +69,6 @@ DEFAULT_MAX_TOKENS = 16384
 DEFAULT_MAX_NEW_TOKENS = 128
 #: Prompt length estimate: English text averages ~4 characters per token; the chat
 #: template adds role markers per message.
-CHARS_PER_TOKEN = 4.0
 TEMPLATE_TOKENS_PER_MESSAGE = 6
 #: EOS id reported as ``matched_stop`` (Kimi K2's <|im_end|>; informative only).
 EOS_TOKEN_ID = 163586
