@@ -35,6 +35,7 @@ from starlette.routing import Route
 
 from tuner.sim.model import PerfModel
 from tuner.sim.realtime import Generation, RealtimeEngine
+from tuner.workload import CHARS_PER_TOKEN
 
 #: max_tokens when a request sets none (SGLang: up to the context length; the natural
 #: reply length ends it long before).
@@ -43,7 +44,6 @@ DEFAULT_MAX_TOKENS = 16384
 DEFAULT_MAX_NEW_TOKENS = 128
 #: Prompt length estimate: English text averages ~4 characters per token; the chat
 #: template adds role markers per message.
-CHARS_PER_TOKEN = 4.0
 TEMPLATE_TOKENS_PER_MESSAGE = 6
 #: EOS id reported as ``matched_stop`` (Kimi K2's <|im_end|>; informative only).
 EOS_TOKEN_ID = 163586

@@ -1,0 +1,272 @@
+"""A concurrency sweep against a server: warm-up, then levels lowest first, each driven
+as its workload says.
+
+* ``burst``: C requests at once; the level's wall runs from the first send to the last
+  finish.
+* ``closed-loop``: C clients each keep one request in flight; clients start staggered
+  over ``ramp_s``; the level's wall is the ``duration_s`` window after the ramp and only
+  requests that finish inside it count.
+* ``poisson``: open loop, ``max(1, rate * C * duration_s)`` requests with exponential
+  inter-arrival times at ``rate * C`` requests/s; every request counts; the wall runs
+  from the start to the last finish.
+
+Failures never escape a level: they are per-request error classes, which
+:func:`~tuner.metrics.summarize` counts per level; a level whose server only fails
+stops early (:data:`FAILING_LEVEL_MIN_ERRORS`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+import httpx
+import numpy as np
+
+from tuner.loadgen.client import ClientSet, Timeouts, discover_model, request_body, run_request
+from tuner.loadgen.prompts import chat_prompt
+from tuner.metrics import LevelMetrics, summarize
+from tuner.request_records import LevelRecords, RequestRecord
+from tuner.workload import Workload
+
+#: A closed-loop or Poisson level gives up once this many requests (at least, and at
+#: least 2 x C) failed without a single success: the server is down, and hammering it
+#: for the rest of the window would only inflate the error count.
+FAILING_LEVEL_MIN_ERRORS = 16
+#: Pause of a closed-loop client after a failed request (seconds), so that a failing
+#: server is not hit in a tight loop.
+ERROR_BACKOFF_S = 0.05
+
+OnLevel = Callable[[LevelMetrics], "bool | Awaitable[bool | None] | None"]
+
+
+class _LevelRun:
+    """One level being measured: request bodies, records, and the failing-server rule."""
+
+    def __init__(
+        self,
+        clients: httpx.AsyncClient | ClientSet,
+        workload: Workload,
+        concurrency: int,
+        model: str,
+        seed: int,
+        timeouts: Timeouts,
+    ):
+        self.clients, self.workload, self.c = clients, workload, concurrency
+        self.model = model
+        self.max_tokens = workload.max_tokens_for(concurrency)
+        self.timeout_s = timeouts.for_request(self.max_tokens)
+        self.rng = np.random.default_rng([seed, concurrency])
+        self.sent = 0
+        self.errors = 0
+        self.successes = 0
+        self.failing = asyncio.Event()
+
+    def body(self) -> bytes:
+        self.sent += 1
+        prompt = chat_prompt(self.rng, self.sent, self.workload.prompt_tokens)
+        return request_body(self.model, prompt, self.max_tokens, self.workload.ignore_eos)
+
+    async def one(self, body: bytes | None = None) -> RequestRecord:
+        body = body or self.body()
+        if isinstance(self.clients, ClientSet):
+            client = self.clients.acquire()
+            try:
+                rec = await run_request(client, body, self.timeout_s)
+            finally:
+                self.clients.release(client)
+        else:
+            rec = await run_request(self.clients, body, self.timeout_s)
+        if rec.error is None:
+            self.successes += 1
+        else:
+            self.errors += 1
+            if not self.successes and self.errors >= max(FAILING_LEVEL_MIN_ERRORS, 2 * self.c):
+                self.failing.set()
+        return rec
+
+    async def burst(self) -> LevelRecords:
+        bodies = [self.body() for _ in range(self.c)]  # built before the clock starts
+        started = time.perf_counter()
+        records = await asyncio.gather(*(self.one(b) for b in bodies))
+        return self._result(list(records), started, time.perf_counter())
+
+    async def closed_loop(self) -> LevelRecords:
+        wl, c = self.workload, self.c
+        t0 = time.perf_counter()
+        win_start, win_end = t0 + wl.ramp_s, t0 + wl.ramp_s + wl.duration_s
+        records: list[RequestRecord] = []
+
+        async def client(i: int) -> None:
+            await asyncio.sleep(wl.ramp_s * i / c)
+            while time.perf_counter() < win_end:
+                rec = await self.one()
+                if rec.end is not None and win_start <= rec.end <= win_end:
+                    records.append(rec)
+                if rec.error is not None:
+                    await asyncio.sleep(ERROR_BACKOFF_S)
+
+        tasks = [asyncio.create_task(client(i)) for i in range(c)]
+        stopper = asyncio.create_task(self.failing.wait())
+        await _wait_until(tasks, stopper, win_end)
+        ended = min(time.perf_counter(), win_end)
+        for t in [*tasks, stopper]:
+            t.cancel()
+        await asyncio.gather(*tasks, stopper, return_exceptions=True)
+        return self._result(records, win_start if ended >= win_start else t0, ended)
+
+    async def poisson(self) -> LevelRecords:
+        """``max(1, rate x duration)`` requests with exponential gaps (the simulator's
+        definition, so both run the same experiment); the wall runs to the last finish."""
+        wl = self.workload
+        rate = wl.rate * self.c
+        n = max(1, int(rate * wl.duration_s))
+        offsets = np.cumsum(self.rng.exponential(1.0 / rate, n))
+        t0 = time.perf_counter()
+        tasks: list[asyncio.Task[RequestRecord]] = []
+        for offset in offsets.tolist():
+            if self.failing.is_set():
+                break
+            delay = t0 + offset - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            tasks.append(asyncio.create_task(self.one()))
+        records = list(await asyncio.gather(*tasks))
+        ends = [r.end for r in records if r.end is not None]
+        return self._result(records, t0, max(ends) if ends else time.perf_counter())
+
+    def _result(self, records: list[RequestRecord], started: float, ended: float) -> LevelRecords:
+        return LevelRecords(
+            concurrency=self.c, records=records, started=started, ended=ended, max_tokens=self.max_tokens
+        )
+
+
+async def _wait_until(tasks: Sequence[asyncio.Task], stopper: asyncio.Task, deadline: float) -> None:
+    """Wait until ``deadline``, all tasks finish, or the stopper fires."""
+    pending = {*tasks, stopper}
+    while pending:
+        left = deadline - time.perf_counter()
+        if left <= 0 or stopper.done():
+            return
+        done, pending = await asyncio.wait(pending, timeout=left, return_when=asyncio.FIRST_COMPLETED)
+        if stopper in done:
+            return
+        if pending == {stopper}:
+            return
+
+
+async def run_level(
+    client_or_url: httpx.AsyncClient | ClientSet | str,
+    workload: Workload,
+    concurrency: int,
+    *,
+    model_name: str | None = None,
+    seed: int = 0,
+    timeouts: Timeouts | None = None,
+    fast: bool = True,
+) -> LevelRecords:
+    """Measure one concurrency level of ``workload``; returns its records.
+
+    With a URL, connections are opened here (one per in-flight request, see
+    :class:`ClientSet`) and closed at the end; with a :class:`ClientSet` or an
+    ``httpx.AsyncClient`` the caller owns them (a single client's pool is the caller's
+    to size, and costs more CPU at high concurrency). ``fast=False`` uses httpx's default
+    transport instead of :class:`~tuner.loadgen.transport.FastTransport` (https always does).
+    """
+    timeouts = timeouts or Timeouts()
+    if isinstance(client_or_url, str):
+        async with ClientSet(client_or_url, timeouts, fast=fast) as clients:
+            return await run_level(
+                clients, workload, concurrency, model_name=model_name, seed=seed, timeouts=timeouts
+            )
+    if model_name is None:
+        if isinstance(client_or_url, ClientSet):
+            client = client_or_url.acquire()
+            try:
+                model_name = await discover_model(client)
+            finally:
+                client_or_url.release(client)
+        else:
+            model_name = await discover_model(client_or_url)
+    level = _LevelRun(client_or_url, workload, concurrency, model_name, seed, timeouts)
+    if workload.kind == "burst":
+        return await level.burst()
+    if workload.kind == "closed-loop":
+        return await level.closed_loop()
+    return await level.poisson()
+
+
+async def warm_up(
+    clients: ClientSet | str,
+    workload: Workload,
+    *,
+    model_name: str | None = None,
+    timeouts: Timeouts | None = None,
+) -> list[RequestRecord]:
+    """Send the workload's warm-up requests one after another (results are not part of any
+    level; they absorb the server's slow first request)."""
+    timeouts = timeouts or Timeouts()
+    if isinstance(clients, str):
+        async with ClientSet(clients, timeouts) as owned:
+            return await warm_up(owned, workload, model_name=model_name, timeouts=timeouts)
+    client = clients.acquire()
+    try:
+        model = model_name or await discover_model(client)
+        rng = np.random.default_rng([0, 0])
+        out = []
+        for i in range(workload.warmup_requests):
+            body = request_body(model, chat_prompt(rng, i, None), workload.warmup_max_tokens, True)
+            out.append(await run_request(client, body, timeouts.for_request(workload.warmup_max_tokens)))
+        return out
+    finally:
+        clients.release(client)
+
+
+async def run_sweep(
+    url: str,
+    workload: Workload,
+    *,
+    on_level: OnLevel | None = None,
+    model_name: str | None = None,
+    seed: int = 0,
+    timeouts: Timeouts | None = None,
+    warmup: bool = True,
+    fast: bool = True,
+    on_records: Callable[[LevelRecords], bool | None] | None = None,
+) -> list[LevelRecords]:
+    """Warm up, then measure the workload's levels lowest first.
+
+    ``on_level`` receives each level's :class:`LevelMetrics` (it may be a coroutine
+    function); returning ``False`` stops the sweep (this is how a study prunes).
+    ``on_records`` receives the level's raw records instead (same contract).
+    ``fast``: see :func:`run_level`.
+    """
+    timeouts = timeouts or Timeouts()
+    out: list[LevelRecords] = []
+    async with ClientSet(url, timeouts, fast=fast) as clients:
+        if model_name is None:
+            client = clients.acquire()
+            model_name = await discover_model(client)
+            clients.release(client)
+        if warmup and workload.warmup_requests:
+            await warm_up(clients, workload, model_name=model_name, timeouts=timeouts)
+        for c in workload.levels:
+            level = await run_level(clients, workload, c, model_name=model_name, seed=seed, timeouts=timeouts)
+            out.append(level)
+            if on_records is not None and on_records(level) is False:
+                break
+            if on_level is not None:
+                verdict = on_level(summarize(level))
+                if inspect.isawaitable(verdict):
+                    verdict = await verdict
+                if verdict is False:
+                    break
+    return out
+
+
+def measure(url: str, workload: Workload, **kwargs: Any) -> list[LevelRecords]:
+    """Synchronous :func:`run_sweep` (its own event loop); same keyword arguments."""
+    return asyncio.run(run_sweep(url, workload, **kwargs))
