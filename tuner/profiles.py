@@ -204,6 +204,18 @@ class ModelProfile(_Strict):
         return dense + routed + shared + attn + self.embedding_params
 
     @property
+    def weight_bytes(self) -> float:
+        """Bytes of the served weights under the profile's precision (MTP layers aside)."""
+        pr = self.precision
+        routed = self.moe_layers * (self.moe.routed_experts if self.moe else 0) * self.expert_params
+        rest = self.total_params - routed - self.embedding_params
+        return (
+            routed * pr.routed_expert_bytes_per_param
+            + rest * pr.other_bytes_per_param
+            + self.embedding_params * pr.embedding_bytes
+        )
+
+    @property
     def active_params(self) -> float:
         dense = self.first_dense_layers * 3 * self.hidden_size * self.dense_intermediate_size
         routed = self.moe_layers * (self.moe.experts_per_token if self.moe else 0) * self.expert_params

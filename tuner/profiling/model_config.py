@@ -375,10 +375,7 @@ def checkpoint_bytes(p: ModelProfile) -> tuple[float, float]:
     format. An MTP layer is one more decoder layer plus its projection of two hidden states
     and its own copy of the embedding and head (DeepSeek-V3's checkpoint layout)."""
     pr = p.precision
-    routed = p.moe_layers * (p.moe.routed_experts if p.moe else 0) * p.expert_params
-    other = p.total_params - routed - p.embedding_params
-    total = routed * pr.routed_expert_bytes_per_param + other * pr.other_bytes_per_param
-    total += p.embedding_params * pr.embedding_bytes
+    total = p.weight_bytes
     mtp_params = 0.0
     if p.mtp_layers:
         per_layer_routed = (p.moe.routed_experts if p.moe else 0) * p.expert_params
