@@ -183,8 +183,11 @@ def read_host(query_text: str, topo_text: str, *, ident: str | None = None) -> H
     return HostReading(HardwareProfile.model_validate(data), known, topo, memory_mib)
 
 
-def run_nvidia_smi(args: Sequence[str], *, host: str | None, nvidia_smi: str = "nvidia-smi") -> str:
-    """Output of ``nvidia-smi ARGS`` on this machine (``host`` None) or on ``host`` over ssh."""
+def run_nvidia_smi(
+    args: Sequence[str], *, host: str | None, nvidia_smi: str = "nvidia-smi", transport: Any = None
+) -> str:
+    """Output of ``nvidia-smi ARGS`` on this machine (``host`` None) or on ``host`` over ssh
+    (``transport``: an ssh transport to use instead of one built from the settings)."""
     argv = [nvidia_smi, *args]
     if host is None:
         try:
@@ -194,7 +197,7 @@ def run_nvidia_smi(args: Sequence[str], *, host: str | None, nvidia_smi: str = "
         except subprocess.TimeoutExpired:
             raise HostError(f"{' '.join(argv)}: no answer within 60 s") from None
     else:
-        done = _ssh_run(host, argv, 60)
+        done = _ssh_run(host, argv, 60, transport)
     if done.returncode != 0:
         err = (done.stderr or done.stdout).decode(errors="replace").strip().splitlines()
         where = f" on {host}" if host else ""
@@ -202,17 +205,20 @@ def run_nvidia_smi(args: Sequence[str], *, host: str | None, nvidia_smi: str = "
     return done.stdout.decode(errors="replace")
 
 
-def _ssh_run(host: str, argv: Sequence[str], timeout_s: float) -> subprocess.CompletedProcess[bytes]:
+def _ssh_run(
+    host: str, argv: Sequence[str], timeout_s: float, transport: Any = None
+) -> subprocess.CompletedProcess[bytes]:
     """Run ``argv`` on ``host`` over the project's ssh transport, configured from the user's
     settings (one seam, so the transport can move modules without touching this one)."""
     from tuner.failures import LaunchFailure
     from tuner.launchers.ssh import SshTransport
     from tuner.settings import load as load_settings
 
-    settings = load_settings()
-    transport = SshTransport(
-        host, user=settings.ssh_user, identity_file=settings.ssh_key, port=settings.ssh_port
-    )
+    if transport is None:
+        settings = load_settings()
+        transport = SshTransport(
+            host, user=settings.ssh_user, identity_file=settings.ssh_key, port=settings.ssh_port
+        )
     try:
         return transport.run_argv(argv, timeout_s=timeout_s)
     except LaunchFailure as exc:
