@@ -33,7 +33,7 @@ def test_readme_walkthrough(workdir: Path) -> None:
     smi = workdir / "nvidia-smi"
     smi.write_text(
         f'#!/bin/sh\nif [ "$1" = topo ]; then cat {SMI / "topo-m.txt"}; '
-        f'else cat {SMI / "query-gpu.csv"}; fi\n'
+        f"else cat {SMI / 'query-gpu.csv'}; fi\n"
     )
     smi.chmod(0o755)
     commands = walkthrough()

@@ -130,11 +130,10 @@ class Precision(_Strict):
 
     @property
     def embedding_bytes(self) -> float:
-        return (
-            self.other_bytes_per_param
-            if self.embedding_bytes_per_param is None
-            else (self.embedding_bytes_per_param)
-        )
+        """Bytes per parameter of the embedding and LM head."""
+        if self.embedding_bytes_per_param is None:
+            return self.other_bytes_per_param
+        return self.embedding_bytes_per_param
 
 
 class ModelProfile(_Strict):
