@@ -14,6 +14,7 @@ Results: benchmarks/results/init_matrix.json.
 from __future__ import annotations
 
 import argparse
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -35,6 +36,15 @@ HOSTS = ("8x-h100-sxm", "8x-h200-sxm", "8x-rtx-pro-6000", "4x-l40s", "8x-b200")
 
 def tuner(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "tuner", *args], capture_output=True, text=True, cwd=cwd)
+
+
+#: Flags that name a layout, as they appear in the best trial's launch command.
+LAYOUT_FLAGS = ("--tp-size", "--pp-size", "--ep-size", "--dp-size")
+
+
+def _layout(flags_line: str) -> str:
+    words = shlex.split(flags_line.partition("flags:")[2])
+    return " ".join(f"{w} {words[i + 1]}" for i, w in enumerate(words[:-1]) if w in LAYOUT_FLAGS)
 
 
 def run(budget: int, predictions: int) -> list[dict[str, Any]]:
@@ -73,12 +83,7 @@ def run(budget: int, predictions: int) -> list[dict[str, Any]]:
                     search = tuner("search", "--space", space, "--budget", str(budget), "--quiet", cwd=work)
                     best = next((ln for ln in search.stdout.splitlines() if ln.startswith("best:")), "")
                     flags = next((ln for ln in search.stdout.splitlines() if "flags:" in ln), "")
-                    layout = " ".join(
-                        w
-                        for w in flags.split()
-                        if w in ("--tp-size", "--pp-size", "--ep-size", "--enable-dp-attention")
-                        or w.isdigit()
-                    )
+                    layout = _layout(flags)
                     row.update(
                         outcome="searched"
                         if search.returncode == 0 and f"{budget} trials" in search.stdout
