@@ -52,22 +52,25 @@ def _is_profile_file(ref: str) -> bool:
     return ref.endswith(SPACE_SUFFIXES) and Path(ref).is_file()
 
 
-def _model(ref: str, out_dir: Path) -> tuple[ModelProfile, str, str | None]:
-    """(profile, reference for the space, model directory for --model-path)."""
+def _model(ref: str, out_dir: Path) -> tuple[ModelProfile, str, str | None, str | None]:
+    """(profile, reference for the space, model directory for --model-path, profile text to
+    write at the reference when ``ref`` is a checkpoint rather than a profile)."""
     path = Path(ref)
     if _is_profile_file(ref):
-        return _load(profiles.model, str(path.resolve())), str(path.resolve()), None
+        return _load(profiles.model, str(path.resolve())), str(path.resolve()), None, None
     if path.is_dir() or path.suffix == ".json":
         reading = read_model(path)
         target = (out_dir / f"{reading.profile.id}.model.yaml").resolve()
-        try:
-            target.write_text(reading.yaml_text())
-        except OSError as exc:
-            raise UsageError(f"{target}: cannot write the model profile: {exc.strerror or exc}") from exc
-        print(f"wrote {target}", file=sys.stderr)
         folder = path if path.is_dir() else path.parent
-        return reading.profile, str(target), str(folder.resolve())
-    return _load(profiles.model, ref), ref, None
+        return reading.profile, str(target), str(folder.resolve()), reading.yaml_text()
+    return _load(profiles.model, ref), ref, None, None
+
+
+def _write(path: Path, text: str, what: str) -> None:
+    try:
+        path.write_text(text)
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot write the {what}: {exc.strerror or exc}") from exc
 
 
 def _load(loader, ref: str):
@@ -83,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
     out_dir = args.output.parent if args.output else Path.cwd()
     hw_ref = str(Path(args.host).resolve()) if _is_profile_file(args.host) else args.host
     hw: HardwareProfile = _load(profiles.hardware, hw_ref)
-    model, model_ref, model_dir = _model(args.model, out_dir)
+    model, model_ref, model_dir, model_text = _model(args.model, out_dir)
     options = init_space.InitOptions(
         engine=args.engine,
         objective=args.objective,
@@ -93,15 +96,15 @@ def run(args: argparse.Namespace) -> int:
         predictions=args.predictions,
     )
     draft = init_space.draft(model, hw, model_ref=model_ref, hardware_ref=hw_ref, options=options)
+    if model_text is not None:  # the model fits this host: its profile goes beside the space
+        _write(Path(model_ref), model_text, "model profile")
+        print(f"wrote {model_ref}", file=sys.stderr)
     init_space.finish(draft, predictions=args.predictions)
     text = draft.yaml_text()
     if args.output is None:
         sys.stdout.write(text)
     else:
-        try:
-            args.output.write_text(text)
-        except OSError as exc:
-            raise UsageError(f"{args.output}: cannot write: {exc.strerror or exc}") from exc
+        _write(args.output, text, "space")
         fit = ", ".join(lay.name for lay in draft.layouts)
         print(
             f"wrote {args.output} ({len(draft.doc['start'])} start points; layouts that fit: {fit})",
