@@ -7,6 +7,8 @@ Each module defines ``register(subparsers) -> None``, which adds its parser and 
 
 #: Modules in the order ``tuner --help`` lists them.
 COMMAND_MODULES = (
+    "init",
+    "profile",
     "search",
     "best",
     "trials",

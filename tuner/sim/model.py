@@ -273,21 +273,21 @@ class PerfModel:
         ob = m.precision.other_bytes_per_param
         attn = lay.layers * m.attention_params_per_layer / lay.attn_tp
         dense_mlp = lay.dense_layers * 3 * m.hidden_size * m.dense_intermediate_size / lay.dense_tp
-        shared = lay.moe_layers * m.moe.shared_experts * m.expert_params / lay.tp
-        embed = 2 * m.vocab_size * m.hidden_size / lay.tp / lay.pp
-        return (attn + dense_mlp + shared + embed) * ob
+        shared = lay.moe_layers * (m.moe.shared_experts if m.moe else 0) * m.expert_params / lay.tp
+        embed = m.embedding_params / lay.tp / lay.pp
+        return (attn + dense_mlp + shared) * ob + embed * m.precision.embedding_bytes
 
     def _expert_bytes(self) -> float:
         return self.model.expert_params * self.model.precision.routed_expert_bytes_per_param
 
     def _memory_plan(self) -> MemoryPlan:
         a, m, gpu, lay = self.args, self.model, self.hw.gpu, self.layout
-        routed = lay.moe_layers * m.moe.routed_experts * self._expert_bytes() / lay.tp
+        routed = lay.moe_layers * (m.moe.routed_experts if m.moe else 0) * self._expert_bytes() / lay.tp
         weights = (self._dense_param_bytes() + routed) / GIB
         frac = a.mem_fraction_static or DEFAULT_MEM_FRACTION_STATIC
         kv_pool = gpu.memory_gib * frac - gpu.runtime_reserved_gib - weights
         kv_elem = 1.0 if a.kv_cache_dtype.startswith("fp8") else m.precision.kv_cache_bytes_per_element
-        kv_per_token = m.kv_elements_per_token_per_layer * kv_elem * lay.layers
+        kv_per_token = m.kv_elements_per_gpu(lay.attn_tp) * kv_elem * lay.layers
         if kv_pool <= 0:
             raise LaunchFailure(
                 "oom",
@@ -355,21 +355,8 @@ class PerfModel:
         dense_bytes = self._dense_param_bytes()
         dense_params = dense_bytes / m.precision.other_bytes_per_param
         t_dense = max(dense_bytes / (bw * DENSE_BANDWIDTH_EFFICIENCY), 2 * b * dense_params / eff_flops)
-        # Routed experts: the busiest EP group's distinct experts, each 1/moe_tp of it.
         tokens_per_rank = b / lay.dp if lay.dp > 1 else b
-        busiest = expected_busiest_experts(
-            b,
-            m.moe.routed_experts,
-            m.moe.experts_per_token,
-            lay.ep_groups,
-            1.0 if a.enable_eplb else ROUTING_OVERDISPERSION,
-        )
-        width = m.moe.expert_intermediate_size / lay.moe_tp
-        eff_moe = MOE_BANDWIDTH_EFFICIENCY * width / (width + MOE_HALF_EFFICIENCY_WIDTH)
-        moe_bytes = busiest * self._expert_bytes() / lay.moe_tp
-        pairs = b * m.moe.experts_per_token / lay.ep_groups
-        moe_flops = 2 * pairs * m.expert_params / lay.moe_tp
-        t_moe = lay.moe_layers * max(moe_bytes / (bw * eff_moe), moe_flops / eff_flops)
+        t_moe = self._moe_seconds(b, bw, eff_flops) if m.moe else 0.0
         # Communication: all-reduce after attention and after the MLP/MoE in every layer.
         msg = tokens_per_rank * m.hidden_size * ACTIVATION_BYTES
         ar = self.allreduce.seconds
@@ -390,7 +377,7 @@ class PerfModel:
         eager_cpu = lay.layers * EAGER_LAUNCH_US_PER_LAYER * 1e-6
         graph_overhead = lay.layers * self.path.graph_overhead_us_per_layer * 1e-6
         fixed = 0.0
-        if a.enable_eplb:
+        if a.enable_eplb and m.moe:
             moved = (
                 EPLB_MOVED_FRACTION * lay.moe_layers * m.moe.routed_experts * self._expert_bytes() / lay.tp
             )
@@ -399,9 +386,28 @@ class PerfModel:
 
     def _eplb_record_s(self) -> float:
         """Host time of EPLB's per-layer expert-count recording in one forward (0 without EPLB)."""
-        if not self.args.enable_eplb:
+        if not self.args.enable_eplb or not self.model.moe:
             return 0.0
         return self.layout.moe_layers * EPLB_RECORD_US_PER_LAYER * 1e-6
+
+    def _moe_seconds(self, b: float, bw: float, eff_flops: float) -> float:
+        """Routed-expert time of one forward of ``b`` tokens: the busiest EP group's distinct
+        experts, each 1/moe_tp of it, read (or computed) in every MoE layer."""
+        m, lay, a = self.model, self.layout, self.args
+        assert m.moe is not None
+        busiest = expected_busiest_experts(
+            b,
+            m.moe.routed_experts,
+            m.moe.experts_per_token,
+            lay.ep_groups,
+            1.0 if a.enable_eplb else ROUTING_OVERDISPERSION,
+        )
+        width = m.moe.expert_intermediate_size / lay.moe_tp
+        eff_moe = MOE_BANDWIDTH_EFFICIENCY * width / (width + MOE_HALF_EFFICIENCY_WIDTH)
+        moe_bytes = busiest * self._expert_bytes() / lay.moe_tp
+        pairs = b * m.moe.experts_per_token / lay.ep_groups
+        moe_flops = 2 * pairs * m.expert_params / lay.moe_tp
+        return lay.moe_layers * max(moe_bytes / (bw * eff_moe), moe_flops / eff_flops)
 
     def _kv_seconds_per_token(self) -> float:
         """Seconds of attention per cached context token in one decode step (one stage),
