@@ -15,6 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from tuner import profiles
+
 
 @dataclass(frozen=True, slots=True)
 class KnownGPU:
@@ -120,49 +122,27 @@ GPUS: tuple[KnownGPU, ...] = (
 #: (NVIDIA NVLink product page).
 NVLINK_GBS = {3: 600.0, 4: 900.0, 5: 1800.0}
 
-#: Interconnect of an 8-GPU NVSwitch host with NVLink 4: the H100/H200 profiles' figures
-#: (nccl-tests all-reduce bus bandwidth ~360-480 GB/s, small all-reduce ~8-12 us).
-_NVLINK4: dict[str, Any] = {
-    "kind": "nvlink",
-    "busbw_per_channel_gbs": 24.0,
-    "busbw_max_gbs": 400.0,
-    "default_channels": 16,
-    "latency_us": {"LL": 8, "LL128": 9, "Simple": 14},
-    "default_small_protocol": "LL",
-    "ll128_enabled_by_default": True,
-    "p2p_gbs": 450,
-    "no_p2p_bandwidth_factor": 0.15,
-    "no_p2p_extra_latency_us": 8,
-    "topology_path": "NVL",
-    "deepep_penalty": 0.6,
-}
+#: The measured hosts whose interconnect figures stand for their kind of fabric: an 8-GPU
+#: NVSwitch host with NVLink 4 (nccl-tests all-reduce bus bandwidth ~360-480 GB/s, small
+#: all-reduce ~8-12 us) and a PCIe Gen5 x16 host (the reference host's measurements). Read
+#: from their profiles, so a refit of either carries over to every profiled host.
+NVLINK4_HOST = "h100-sxm-x8"
+PCIE5_HOST = "rtx-pro-6000-pcie-x8"
 
-#: PCIe Gen5 x16 host: the reference host's measurements (tuner/data/hardware/rtx-pro-6000-pcie-x8.yaml).
-_PCIE5: dict[str, Any] = {
-    "kind": "pcie",
-    "busbw_per_channel_gbs": 5.5,
-    "busbw_max_gbs": 41.0,
-    "default_channels": 4,
-    "latency_us": {"LL": 25, "LL128": 32, "Simple": 52},
-    "default_small_protocol": "Simple",
-    "ll128_enabled_by_default": False,
-    "p2p_gbs": 53,
-    "no_p2p_bandwidth_factor": 0.7,
-    "no_p2p_extra_latency_us": 8,
-    "topology_path": "SYS",
-    "deepep_penalty": 3.0,
-}
+
+def _measured_link(host: str) -> dict[str, Any]:
+    return profiles.hardware(host).interconnect.model_dump()
 
 
 def interconnect(gpu: KnownGPU, nvlink: bool, topology_path: str) -> dict[str, Any]:
     """Interconnect figures of a host of ``gpu`` with the measured path type."""
     if nvlink and gpu.nvlink:
         scale = NVLINK_GBS[gpu.nvlink] / NVLINK_GBS[4]
-        link = dict(_NVLINK4)
+        link = _measured_link(NVLINK4_HOST)
         for key in ("busbw_per_channel_gbs", "busbw_max_gbs", "p2p_gbs"):
             link[key] = round(link[key] * scale, 1)
         return link
-    link = dict(_PCIE5, topology_path=topology_path)
+    link = {**_measured_link(PCIE5_HOST), "topology_path": topology_path}
     if gpu.pcie_gen < 5:
         scale = 0.5 ** (5 - gpu.pcie_gen)
         for key in ("busbw_per_channel_gbs", "busbw_max_gbs", "p2p_gbs"):

@@ -470,12 +470,17 @@ class PerfModel:
 
         MLA prefill runs as ordinary multi-head attention on decompressed keys and values:
         per pair and head, ``2*(qk_nope + qk_rope)`` FLOPs for the score and ``2*v_head`` for
-        the weighted sum. A chunk holding several short prompts is counted as one sequence
+        the weighted sum; grouped-query attention the same with ``head_dim`` for both (its
+        KV sharing saves memory, not FLOPs). A chunk holding several short prompts is counted as one sequence
         (an upper bound); a long prompt's later chunks also attend to its earlier ones (left
         out): the two errors pull opposite ways and both are small below ~8k tokens.
         """
         a, lay = self.model.attention, self.layout
-        per_pair = 2 * (a.qk_nope_head_dim + a.qk_rope_head_dim + a.v_head_dim) * a.heads
+        if a.kind == "mla":
+            qk, v = a.qk_nope_head_dim + a.qk_rope_head_dim, a.v_head_dim
+        else:
+            qk = v = a.head_dim
+        per_pair = 2 * (qk + v) * a.heads
         return per_pair * tokens * tokens / 2 * lay.layers / lay.attn_tp
 
     @lru_cache(maxsize=512)  # noqa: B019 - one model per launch; bounded
