@@ -25,6 +25,7 @@ rank correlation (a Spearman of 0.94 over random configurations hid the 16% miss
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Literal
 
 from tuner.workload import Workload
@@ -67,3 +68,23 @@ def is_subset(proxy: Workload, target: Workload) -> bool:
     launch: same requests per level, proxy levels among the target's."""
     same = proxy.model_copy(update={"levels": target.levels})
     return set(proxy.levels) <= set(target.levels) and same == target
+
+
+def proxy_of(target: Workload, setting: Literal["auto", "none"] | Workload, base: Path) -> Workload:
+    """The proxy a space's ``proxy:`` setting names: derived (``auto``), the target itself
+    (``none``), or a workload of its own (trace paths relative to ``base``)."""
+    if setting == "auto":
+        return derive_proxy(target)
+    if setting == "none":
+        return target
+    assert isinstance(setting, Workload)
+    return setting.resolved(base)
+
+
+def screening_order(proxy: Workload, target: Workload) -> tuple[int, ...] | None:
+    """The order a screened trial measures its levels in: the proxy's, then the rest of the
+    target's (a promotion continues in the same launch); None when the proxy is no subset
+    of the target (a confirmation then needs a launch of its own)."""
+    if not is_subset(proxy, target):
+        return None
+    return (*proxy.levels, *remaining_levels(target, proxy.levels))

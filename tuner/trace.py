@@ -22,10 +22,10 @@ from pathlib import Path
 
 import numpy as np
 
-#: Characters per token of English text under a BPE tokenizer (the usual rule of thumb);
-#: used where a prompt is given as text and its token count is needed before a server
-#: tokenizes it.
-CHARS_PER_TOKEN = 4.0
+#: Characters per token of English text under a BPE tokenizer (the usual rule of thumb):
+#: the load generator sizes ``prompt_tokens`` prompts with it, the emulator and trace
+#: prompts given as text estimate their token counts with it.
+CHARS_PER_TOKEN = 4
 #: Upper bound on tokens per prompt or reply in a trace: longer is almost certainly a unit
 #: error (bytes for tokens) rather than traffic any engine here serves.
 MAX_TRACE_TOKENS = 1_048_576

@@ -126,9 +126,6 @@ class LevelPlan:
 
 #: The reference campaign's sweep: C=1 at 512 max tokens, then 32..256 at 2048.
 REFERENCE_LEVELS = (1, 32, 64, 128, 192, 256)
-#: Characters per token of English text (tokenizer rule of thumb): the load generator
-#: sizes ``prompt_tokens`` prompts with it, the emulator estimates prompt lengths with it.
-CHARS_PER_TOKEN = 4
 
 
 class Workload(BaseModel):
