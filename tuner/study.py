@@ -395,7 +395,7 @@ class Search:
         """Whether a screened trial goes on to the target's other levels: in the last trials
         of the budget, when its proxy value is within :data:`PROMOTE_WITHIN_SD` noise
         deviations of the leader's estimate (or there is no leader yet)."""
-        if self.counted() < self.budget - self.final_window():
+        if self.counted() - 1 < self.budget - self.final_window():  # this trial counts itself
             return False
         value = self.objective.partial(levels, goodputs)
         if value is None:
