@@ -361,7 +361,8 @@ class Search:
         stopped_after_screening = m.status == "stopped" and screening_stop == [True]
         if stopped_after_screening:
             m.status = "ok"
-        record.fidelity("proxy" if (screened and (stopped_after_screening or order is None)) else "target")
+        promoted = screened and order is not None and screening_stop == [False]
+        record.fidelity("target" if (not screened or promoted) else "proxy")
         if m.status == "stopped":
             record.pruned(
                 f"pruned at level {len(m.levels)} (C={levels_done[-1]})",
