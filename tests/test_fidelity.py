@@ -100,7 +100,7 @@ def test_a_screened_study_measures_its_recommendation_on_the_target(workdir: Pat
     search = make_search(load_space(resolve_space(REFERENCE)), budget, noise=DEFAULT_NOISE, seed=2)
     search.run()
     trials = sorted(search.study.get_trials(), key=lambda t: t.number)
-    screened = [t for t in trials if t.user_attrs.get(FIDELITY) == "proxy"]
+    screened = [t for t in trials if t.user_attrs.get(FIDELITY) == "proxy" and t.state == TrialState.COMPLETE]
     confirmed = [
         t for t in trials if t.user_attrs.get(FIDELITY) == "target" and t.state == TrialState.COMPLETE
     ]
