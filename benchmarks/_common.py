@@ -36,11 +36,26 @@ def reference_space() -> Space:
     return load_space(resolve_space(DEFAULT_SPACE))
 
 
-def load_best() -> dict[str, Any]:
-    """The best of the reference space (benchmarks/results/space_best.json)."""
-    path = RESULTS / "space_best.json"
+def space_named(name: str = DEFAULT_SPACE) -> Space:
+    """A space of the project by name (the reference space by default)."""
+    return load_space(resolve_space(name))
+
+
+def best_path(space: str = DEFAULT_SPACE) -> Path:
+    """Where the best of a space is stored (the reference space's keeps its old name)."""
+    return RESULTS / ("space_best.json" if space == DEFAULT_SPACE else f"space_best-{space}.json")
+
+
+def result_name(name: str, space: str = DEFAULT_SPACE) -> str:
+    """A benchmark's result name for a space (the reference space's is the bare name)."""
+    return name if space == DEFAULT_SPACE else f"{name}-{space}"
+
+
+def load_best(space: str = DEFAULT_SPACE) -> dict[str, Any]:
+    """The best of a space (benchmarks/results/space_best*.json)."""
+    path = best_path(space)
     if not path.exists():
-        raise SystemExit(f"{path} is missing: run `python benchmarks/space_best.py` first")
+        raise SystemExit(f"{path} is missing: run `python benchmarks/space_best.py --space {space}` first")
     return json.loads(path.read_text())
 
 

@@ -46,8 +46,10 @@ def main() -> None:
     false = [k for k in pruned if full[k] >= 0.95 * best]
     closest = max((full[k] / best for k in pruned), default=0.0)
     print(f"{args.seeds} studies: {len(pruned)} pruned trials, best full-sweep peak {best:.0f} tok/s")
-    print(f"false prunes (within 5% of the best): {len(false)} ({len(false) / max(len(pruned), 1):.1%}); "
-          f"the best pruned configuration reached {closest:.0%} of the best")
+    print(
+        f"false prunes (within 5% of the best): {len(false)} ({len(false) / max(len(pruned), 1):.1%}); "
+        f"the best pruned configuration reached {closest:.0%} of the best"
+    )
 
 
 if __name__ == "__main__":

@@ -44,8 +44,9 @@ class TimedSim(SimMeasurer):
 def run(storage: str, workers: int, budget: int, name: str) -> tuple[float, float]:
     space = reference_space()
     backend = TimedSim(space.hardware, space.model)
-    search = Search(space, backend, study_name=name, storage=storage, objective=Objective(), seed=0,
-                    budget=budget)
+    search = Search(
+        space, backend, study_name=name, storage=storage, objective=Objective(), seed=0, budget=budget
+    )
     t0 = time.perf_counter()
     search.run(workers=workers)
     wall = time.perf_counter() - t0

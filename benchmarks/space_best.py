@@ -1,13 +1,13 @@
-"""The best configuration of the reference space under its default sweep, noise off.
+"""The best configuration of a space under its target workload, noise off.
 
-    python benchmarks/space_best.py [--trials 600]
+    python benchmarks/space_best.py [--space NAME] [--trials 600]
 
 The space has millions of configurations, too many to enumerate at ~40 ms each, so
 "the best" is established by a far larger search than a study: a noise-free TPE run of
 ``--trials`` trials, then coordinate ascent (every value of every parameter, one at a
 time, until no single change improves) from its five best configurations and from the
-reference campaign's hand-picked ones. The result is written to
-``benchmarks/results/space_best.json`` for the other benchmarks.
+space's start points. The result is written to ``benchmarks/results/space_best.json``
+(the reference space) or ``space_best-<space>.json`` for the other benchmarks.
 """
 
 from __future__ import annotations
@@ -21,16 +21,15 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).parent))
 
 import optuna
-from _common import reference_space
+from _common import best_path, space_named
 
 from tuner.failures import LaunchFailure
 from tuner.metrics import summarize
-from tuner.objectives import peak_tok_s
+from tuner.objectives import Objective
 from tuner.sim.model import PerfModel
 from tuner.sim.serving import simulate_sweep
 from tuner.space import Space
 
-RESULT = Path(__file__).parent / "results" / "space_best.json"
 #: Seed of the noise-free ground truth (reply lengths are drawn from it).
 TRUTH_SEED = 0
 
@@ -46,7 +45,7 @@ def true_value(space: Space, params: dict[str, Any], cache: dict[str, float] | N
         try:
             model = PerfModel.build(space.hardware, space.model, spec.argv, spec.env)
             levels = [summarize(lv) for lv in simulate_sweep(model, space.workload, seed=TRUTH_SEED, noise=0)]
-            value = peak_tok_s(levels)
+            value = float(Objective(name=space.objective.name).value(levels))  # type: ignore[arg-type]
         except LaunchFailure:
             value = 0.0
     if cache is not None:
@@ -71,8 +70,10 @@ def coordinate_ascent(space: Space, start: dict[str, Any], cache: dict[str, floa
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--trials", type=int, default=600)
+    ap.add_argument("--space", default=None, help="a space of the project (default: the reference space)")
     args = ap.parse_args(argv)
-    space = reference_space()
+    space = space_named(args.space) if args.space else space_named()
+    result = best_path(space.name)
     cache: dict[str, float] = {}
     study = optuna.create_study(
         direction="maximize", sampler=optuna.samplers.TPESampler(seed=0, multivariate=True, group=True)
@@ -86,8 +87,8 @@ def main(argv: list[str] | None = None) -> None:
     results = [coordinate_ascent(space, s, cache) for s in starts]
     best_v, best = max(results, key=lambda r: r[0])
     spec = space.render(best)
-    RESULT.parent.mkdir(parents=True, exist_ok=True)
-    RESULT.write_text(
+    result.parent.mkdir(parents=True, exist_ok=True)
+    result.write_text(
         json.dumps(
             {
                 "space": space.name,

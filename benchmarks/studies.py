@@ -20,9 +20,10 @@ Strategies (``STRATEGIES``):
 * ``no-prune``, ``full-sweep``, ``no-reuse``, ``all-off``: the tuner with pruning, the
   shortened sweep (replaced by the reference full sweep), reuse, or all three switched off.
 
-Every strategy measures with the space's shortened sweep except ``full-sweep`` and
-``all-off``, so search strategies are compared on equal footing; the recommendation of
-every study is scored noise-free on the space's own sweep (as ``space_best.py`` scores).
+The tuner screens trials on the space's proxy and measures its finalists on the target
+workload; the peers, which have no such phase, measure every trial on the target, as do
+``full-sweep`` and ``all-off``. The recommendation of every study is scored noise-free on
+the space's target workload (as ``space_best.py`` scores).
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 import numpy as np
 import optuna
-from _common import FULL_SWEEP, reference_space
+from _common import space_named
 from space_best import true_value
 
 from tuner import estimates
@@ -113,10 +114,12 @@ class Job:
     #: JSON list of configurations measured first after the space's start points
     #: (``Search(extra_start=...)``); JSON so that a job is hashable.
     extra_start: str = "[]"
+    #: The space studied (a space of the project, by name).
+    space: str = "kimi-k2.6-8x-rtx-pro-6000"
 
     @property
     def key(self) -> tuple:
-        return (self.strategy, self.seed, self.budget, self.noise, self.extra_start)
+        return (self.strategy, self.seed, self.budget, self.noise, self.extra_start, self.space)
 
 
 @dataclass
@@ -193,11 +196,13 @@ class _FailedIsFail(Search):
 
 
 @cache
-def _space(full_sweep: bool = False) -> Space:
-    space = reference_space()
+def _space(name: str, full_sweep: bool = False) -> Space:
+    """The space of a job; ``full_sweep``: every trial measured on the whole target (no proxy)."""
+    space = space_named(name)
     if not full_sweep:
         return space
-    return Space(space.spec.model_copy(update={"workload": FULL_SWEEP}), source=space.source)
+    spec = space.spec.model_copy(update={"proxy": "none", "workload": space.workload})
+    return Space(spec, source=space.source)
 
 
 def _objective(space: Space) -> Objective:
@@ -214,7 +219,7 @@ def _search(
     sampler: optuna.samplers.BaseSampler | None = None,
     **kwargs: Any,
 ) -> Search:
-    space = space if space is not None else _space()
+    space = space if space is not None else _space(job.space)
     search = cls(
         space,
         BenchMeasurer(space.hardware, space.model, noise=job.noise),
@@ -232,7 +237,7 @@ def _search(
 
 def _fixed_list(job: Job, tmp: str, configs: Iterable[dict[str, Any]]) -> Search:
     """Measure a fixed list of configurations, in order, once each (the budget is the list)."""
-    space = _space()
+    space = _space(job.space)
     points = [space.effective(space.complete(c)) for c in configs]
     search = _search(
         job,
@@ -263,7 +268,7 @@ STRATEGIES: dict[str, Callable[[Job, str], Search]] = {
     "tpe": lambda job, tmp: _search(
         job,
         tmp,
-        space=_NoRules(_space()),
+        space=_NoRules(_space(job.space)),
         cls=_FailedIsFail,
         warm_start=False,
         prune=False,
@@ -272,9 +277,11 @@ STRATEGIES: dict[str, Callable[[Job, str], Search]] = {
         sampler=optuna.samplers.TPESampler(seed=job.seed),
     ),
     "no-prune": lambda job, tmp: _search(job, tmp, prune=False),
-    "full-sweep": lambda job, tmp: _search(job, tmp, space=_space(full_sweep=True)),
+    "full-sweep": lambda job, tmp: _search(job, tmp, space=_space(job.space, full_sweep=True)),
     "no-reuse": lambda job, tmp: _search(job, tmp, reuse=False),
-    "all-off": lambda job, tmp: _search(job, tmp, space=_space(full_sweep=True), prune=False, reuse=False),
+    "all-off": lambda job, tmp: _search(
+        job, tmp, space=_space(job.space, full_sweep=True), prune=False, reuse=False
+    ),
 }
 
 
@@ -296,7 +303,7 @@ def recommendations(study: optuna.Study) -> list[dict[str, Any] | None]:
 def run_study(job: Job) -> StudyResult:
     """Run one study and score its recommendations noise-free (in a worker process)."""
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    space = _space()
+    space = _space(job.space)
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
         search = STRATEGIES[job.strategy](job, tmp)

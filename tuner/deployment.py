@@ -32,6 +32,12 @@ def header_lines(study_name: str, rec: TrialRecord) -> list[str]:
         f"(backend {rec.backend or '?'})",
     ]
     lines += [f"  C={lv.concurrency}: {lv.output_tok_s:.1f} tok/s" for lv in levels]
+    if rec.fidelity == "proxy":
+        lines.append("measured on the screening proxy only, not yet on the whole target workload")
+    elif rec.target_runs:
+        lines.append(
+            f"measured on the target workload in {len(rec.target_runs)} of its {len(rec.runs)} launches"
+        )
     if len(rec.runs) > 1 and rec.mean is not None:
         trials = ", ".join(f"#{n}" for n in rec.runs)
         lines.append(f"launched {len(rec.runs)} times (trials {trials}): objective mean {rec.mean:.1f} tok/s")

@@ -14,6 +14,11 @@ standing in until there are some.
 
 Only trials that launched a server and met every constraint count; a reused trial (a copy
 of another's result) adds no measurement.
+
+A study that screens on a proxy (:mod:`tuner.fidelity`) recommends only configurations
+measured on the target workload when it has any: a proxy value is a lower bound of the
+target value (it misses the levels the proxy leaves out), and what the deployment serves is
+the target. The proxy's launches still count towards a configuration's estimate.
 """
 
 from __future__ import annotations
@@ -48,6 +53,8 @@ class Estimate:
     trial: FrozenTrial
     values: tuple[float, ...]
     numbers: tuple[int, ...]
+    #: Of ``numbers``, the launches measured on the target workload.
+    target_numbers: tuple[int, ...] = ()
     #: Mean and standard deviation of log(objective) pooled with the other configurations'
     #: launches (see :mod:`tuner.effects`); None ranks by the own launches alone.
     pooled: tuple[float, float] | None = None
@@ -55,6 +62,11 @@ class Estimate:
     @property
     def runs(self) -> int:
         return len(self.values)
+
+    @property
+    def confirmed(self) -> bool:
+        """Measured on the target workload at least once."""
+        return bool(self.target_numbers)
 
     @property
     def mean(self) -> float:
@@ -116,8 +128,14 @@ class Evidence:
     model: effects.Effects | None
 
     def leader(self) -> Estimate | None:
-        """The best configuration (see :func:`leader`)."""
+        """The best configuration (see :func:`leader`), whatever it was measured on."""
         return leader(self.estimates, self.noise) if self.estimates else None
+
+    def recommended(self) -> Estimate | None:
+        """The configuration to recommend: the best of those measured on the target workload,
+        or the best of all while none is."""
+        confirmed = [e for e in self.estimates if e.confirmed]
+        return leader(confirmed, self.noise) if confirmed else self.leader()
 
 
 def evidence(trials: Iterable[FrozenTrial]) -> Evidence:
@@ -130,7 +148,13 @@ def evidence(trials: Iterable[FrozenTrial]) -> Evidence:
         if measured(t):
             groups.setdefault(_key(t), []).append(t)
     ests = [
-        Estimate(k, ts[0], tuple(t.values[-1] for t in ts), tuple(t.number for t in ts))
+        Estimate(
+            k,
+            ts[0],
+            tuple(t.values[-1] for t in ts),
+            tuple(t.number for t in ts),
+            tuple(t.number for t in ts if trial_record.fidelity(t) == "target"),
+        )
         for k, ts in groups.items()
     ]
     sigma = noise(ests)
@@ -182,14 +206,22 @@ def leader(ests: Sequence[Estimate], sigma: float) -> Estimate:
 
 
 def best(trials: Iterable[FrozenTrial]) -> Estimate | None:
-    """The best configuration measured in ``trials`` (see :func:`leader`)."""
-    return evidence(trials).leader()
+    """The configuration to recommend from ``trials`` (see :meth:`Evidence.recommended`)."""
+    return evidence(trials).recommended()
 
 
 def best_record(study: optuna.Study) -> TrialRecord | None:
-    """The first trial of the best feasible configuration (pareto: by peak), judged by all its
-    launches (:func:`best`); ``runs`` and ``mean`` say what it rests on."""
+    """The first trial of the recommended configuration (pareto: by peak), judged by all its
+    launches (:func:`best`); ``runs``, ``target_runs`` and ``mean`` say what it rests on."""
     found = best(study.get_trials(deepcopy=False))
     if found is None:
         return None
-    return replace(TrialRecord.of(found.trial), runs=found.numbers, mean=found.mean, estimate=found.value)
+    first = min(found.target_numbers) if found.target_numbers else found.trial.number
+    record = TrialRecord.of(study.get_trials(deepcopy=False)[first]) if first != found.trial.number else None
+    return replace(
+        record or TrialRecord.of(found.trial),
+        runs=found.numbers,
+        target_runs=found.target_numbers,
+        mean=found.mean,
+        estimate=found.value,
+    )

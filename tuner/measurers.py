@@ -76,8 +76,10 @@ class Measurer(ABC):
         trial_label: str,
         seed: int,
         on_level: LevelCallback,
+        levels: Sequence[int] | None = None,
     ) -> Measurement:
-        """Run one trial's server and sweep; never leaves a server running."""
+        """Run one trial's server and sweep (``levels``: the order to measure the
+        workload's levels in, default lowest first); never leaves a server running."""
 
 
 def record_level(
@@ -117,6 +119,7 @@ class SimMeasurer(Measurer):
         trial_label: str,
         seed: int,
         on_level: LevelCallback,
+        levels: Sequence[int] | None = None,
     ) -> Measurement:
         try:
             model = PerfModel.build(self.hardware, self.model, spec.argv, spec.env)
@@ -130,7 +133,7 @@ class SimMeasurer(Measurer):
         )
         sim = ServingSimulator(model, seed=seed, noise=self.noise)
         sim.warm_up(workload)
-        for i, c in enumerate(workload.levels):
+        for i, c in enumerate(levels or workload.levels):
             if not record_level(i, sim.run_level(workload, c), objective, on_level, m):
                 break
         return m
@@ -188,10 +191,11 @@ class LauncherMeasurer(Measurer):
         trial_label: str,
         seed: int,
         on_level: LevelCallback,
+        levels: Sequence[int] | None = None,
     ) -> Measurement:
         host = self._hosts.get()
         try:
-            return self._measure_on(host, spec, workload, objective, trial_label, seed, on_level)
+            return self._measure_on(host, spec, workload, objective, trial_label, seed, on_level, levels)
         finally:
             self._hosts.put(host)
 
@@ -204,6 +208,7 @@ class LauncherMeasurer(Measurer):
         trial_label: str,
         seed: int,
         on_level: LevelCallback,
+        levels: Sequence[int] | None,
     ) -> Measurement:
         from tuner import engines, loadgen
         from tuner.launchers import make_launcher
@@ -233,7 +238,7 @@ class LauncherMeasurer(Measurer):
                     return False
                 return record_level(len(m.levels), level, objective, on_level, m)
 
-            loadgen.measure(launcher.base_url(), workload, seed=seed, on_records=on_records)
+            loadgen.measure(launcher.base_url(), workload, seed=seed, on_records=on_records, levels=levels)
             if died or not launcher.alive():
                 m.status = "failed"
                 m.failure = launcher.classify_exit()

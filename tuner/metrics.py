@@ -7,7 +7,11 @@ Definitions (the ones serving benchmarks use):
 * TPOT: (E2E - TTFT) / (output_tokens - 1), per request, then averaged.
 * E2E: end minus start.
 * aggregate output tok/s: output tokens of finished requests divided by the
-  level's wall time (first request sent to last request finished).
+  level's wall time (first request sent to last request finished); for a closed-loop
+  window, the tokens streamed inside the window (finished or not) divided by its length.
+  Counting only requests that finish inside the window would undercount every request
+  longer than a fraction of it (at 1k tokens and 34 ms a token, a request takes 35 s of a
+  60 s window), and favour short requests and short windows.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from collections import Counter
 import numpy as np
 from pydantic import BaseModel
 
-from tuner.request_records import LevelRecords
+from tuner.request_records import CUT_AT_WINDOW_END, LevelRecords, RequestRecord
 
 
 class LevelMetrics(BaseModel):
@@ -43,11 +47,32 @@ def _percentile(values: np.ndarray, q: float) -> float | None:
     return float(np.percentile(values, q)) if values.size else None
 
 
+def tokens_in_window(level: LevelRecords) -> int:
+    """Output tokens streamed inside the level's window, by their arrival times. A chunk of
+    several tokens counts as the level's average tokens per chunk (finished requests say
+    how many tokens their chunks held; a cut request knows only its chunks)."""
+    finished = [r for r in level.records if r.ok and r.token_times is not None and len(r.token_times)]
+    chunks = sum(len(r.token_times) for r in finished)  # type: ignore[arg-type]
+    per_chunk = sum(r.output_tokens for r in finished) / chunks if chunks else 1.0
+    total = 0.0
+    for r in level.records:
+        if r.token_times is None or not len(r.token_times) or not (r.ok or r.error == CUT_AT_WINDOW_END):
+            continue
+        inside = int(np.count_nonzero((r.token_times >= level.started) & (r.token_times <= level.ended)))
+        total += inside * (r.output_tokens / len(r.token_times) if r.ok else per_chunk)
+    return round(total)
+
+
+def _finished_in(level: LevelRecords, r: RequestRecord) -> bool:
+    return r.ok and (not level.window or level.started <= r.end <= level.ended)  # type: ignore[operator]
+
+
 def summarize(level: LevelRecords) -> LevelMetrics:
-    """Reduce a level's records to its metrics."""
-    done = [r for r in level.records if r.ok]
+    """Reduce a level's records to its metrics (latencies over the requests that finished,
+    inside the window for a closed loop)."""
+    done = [r for r in level.records if _finished_in(level, r)]
     wall = max(level.ended - level.started, 1e-9)
-    tokens = int(sum(r.output_tokens for r in done))
+    tokens = tokens_in_window(level) if level.window else int(sum(r.output_tokens for r in done))
     ttft = np.array([r.first_token - r.start for r in done if r.first_token is not None])
     e2e = np.array([r.end - r.start for r in done])  # type: ignore[operator]
     tpot = np.array(
@@ -61,7 +86,7 @@ def summarize(level: LevelRecords) -> LevelMetrics:
     itl = np.concatenate(gaps) if gaps else np.array([])
     errors = Counter(level.errors)
     for r in level.records:
-        if not r.ok:
+        if not r.ok and r.error != CUT_AT_WINDOW_END:
             errors[r.error or "incomplete"] += 1
     per_stream = np.array(
         [
@@ -75,7 +100,7 @@ def summarize(level: LevelRecords) -> LevelMetrics:
         output_tok_s=tokens / wall,
         wall_s=wall,
         completed=len(done),
-        failed=len(level.records) - len(done),
+        failed=sum(errors.values()) - sum(level.errors.values()),
         output_tokens=tokens,
         ttft_s_p50=_percentile(ttft, 50),
         ttft_s_p99=_percentile(ttft, 99),

@@ -12,6 +12,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+#: ``RequestRecord.error`` of a request cut when its closed-loop window closed.
+CUT_AT_WINDOW_END = "cut-at-window-end"
+
 
 @dataclass(slots=True)
 class RequestRecord:
@@ -20,7 +23,8 @@ class RequestRecord:
     ``token_times`` holds the arrival time of each output token (or of each chunk,
     when a server streams several tokens per chunk, in which case ``output_tokens``
     is larger than ``len(token_times)``). ``error`` is ``None`` for a request that
-    finished normally.
+    finished normally, :data:`CUT_AT_WINDOW_END` for one still streaming when a
+    closed-loop window closed (its tokens inside the window count, it is no failure).
     """
 
     start: float
@@ -38,7 +42,12 @@ class RequestRecord:
 
 @dataclass(slots=True)
 class LevelRecords:
-    """All requests of one concurrency level, plus the level's wall-clock window."""
+    """All requests of one concurrency level, plus the level's wall-clock window.
+
+    ``window``: the level measured a window of a steady load (closed loop): its throughput
+    counts the tokens streamed inside [``started``, ``ended``], whether or not their request
+    finished inside it; otherwise the tokens of finished requests over the whole level.
+    """
 
     concurrency: int
     records: Sequence[RequestRecord]
@@ -46,3 +55,4 @@ class LevelRecords:
     ended: float
     max_tokens: int = 0
     errors: dict[str, int] = field(default_factory=dict)
+    window: bool = False

@@ -3,9 +3,11 @@
 Data flow of a trial: the space's sampler proposes parameters -> engine rules and the
 space's constraints reject impossible combinations before any launch -> a configuration
 already measured in this study is reused -> the launch is rendered (argv + env) -> the
-measurer (:mod:`tuner.measurers`) starts the server and sweeps the levels lowest first,
-reporting each level to Optuna, which may prune -> the objective value, constraints and
-records are stored on the trial -> the server is stopped.
+measurer (:mod:`tuner.measurers`) starts the server and sweeps the proxy's levels (the
+screening levels of the target workload, :mod:`tuner.fidelity`), reporting each level to
+Optuna, which may prune -> a leader goes on to the target's other levels in the same launch
+-> the objective value, constraints and records are stored on the trial -> the server is
+stopped.
 
 Everything a person or ``tuner best`` needs later lives in the trial's user attributes,
 written through :class:`tuner.trial_record.TrialWriter`, so any Optuna storage is the
@@ -22,7 +24,7 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from tuner import effects, estimates, trial_record
+from tuner import effects, estimates, fidelity, trial_record
 from tuner.coordination import BudgetGate, Heartbeat
 from tuner.failures import LaunchFailure
 from tuner.measurers import Interrupted, Measurer
@@ -45,6 +47,10 @@ CONFIRM_LAST = 5
 #: Configurations this close (relative) are as good as each other: settling their order is
 #: not worth a launch.
 INDIFFERENCE = 0.01
+#: In the last trials of the budget, a screened trial whose proxy value is within this many
+#: noise standard deviations of the leader's estimate goes on to the target's other levels
+#: in the same launch (a finalist; its missing levels cost no second start-up).
+PROMOTE_WITHIN_SD = 2.0
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
 
 
@@ -113,7 +119,10 @@ class Search:
             engine=space.spec.engine,
             workload=space.workload.model_dump(mode="json"),
             unit={**unit, "python": space.launch.python},
+            proxy=space.proxy.model_dump(mode="json"),
         )
+        self.screens = self.confirm and space.proxy != space.workload
+        self.order = fidelity.screening_order(space.proxy, space.workload)
 
     def _identity(self, params: dict[str, Any]) -> str | None:
         """Canonical configuration of a sampler proposal; None if the launch rules reject it."""
@@ -204,6 +213,12 @@ class Search:
         if self.on_trial and frozen is not None:
             self.on_trial(self.study, frozen)
 
+    def final_window(self) -> int:
+        """Trials at the end of the budget that settle the recommendation (at least one when
+        the study screens on a proxy: its leader must be measured on the target)."""
+        window = min(CONFIRM_LAST, self.budget // 8)
+        return max(window, 1) if self.screens and self.budget >= 3 else window
+
     def _queue_final(self, counted: int) -> None:
         """In the last :data:`CONFIRM_LAST` trials of the budget, settle the small effects
         that one launch cannot see.
@@ -217,14 +232,22 @@ class Search:
         the one measured fewer times is launched again, until no challenger can beat the
         leader by more than :data:`INDIFFERENCE` (then the rest of the budget explores) or
         the budget ends.
+
+        A study that screens on a proxy measures its leader on the target workload first
+        when no launch of it has been (the recommendation rests on the target), and every
+        trial queued here is measured on the target.
         """
-        if counted < self.budget - min(CONFIRM_LAST, self.budget // 8):
+        if counted < self.budget - self.final_window():
             return
         trials = self.study.get_trials(deepcopy=False)
         if any(t.state == TrialState.WAITING for t in trials):
             return
         ev = estimates.evidence(trials)
-        leader = ev.leader()
+        top = ev.leader()
+        if self.screens and top is not None and not top.confirmed:
+            self.study.enqueue_trial(dict(top.trial.params), user_attrs=queued_repeat(top.trial.number))
+            return
+        leader = ev.recommended()
         if leader is None or ev.model is None or len(ev.estimates) < 2:
             return
         ests, sigma = ev.estimates, ev.noise
@@ -291,30 +314,42 @@ class Search:
             return self._infeasible(trial, reasons)
         if self.reuse and not record.repeats:
             original = self._measured(key, trial.number)
-            if original is not None:
+            proxy_only = original is not None and trial_record.fidelity(original) != "target"
+            if original is not None and not (record.wants_target and proxy_only):
                 return self._reuse(trial, original)
         seed = (self.seed or 0) * 1_000_003 + trial.number
         levels_done: list[int] = []
+        workload, order, screened = self._plan(record.wants_target)
+        proxy_levels = len(self.space.proxy.levels)
+        so_far: list[Any] = []
 
         def on_level(i: int, metrics, goodput) -> bool:
             levels_done.append(metrics.concurrency)
+            so_far.append((metrics, goodput))
             if self.on_level:
                 self.on_level(trial.number, i, metrics)
-            if not self.prune:
-                return True
-            trial.report(self.objective.level_value(metrics, goodput), step=i)
-            return not trial.should_prune()
+            if self.prune:
+                trial.report(self.objective.level_value(metrics, goodput), step=i)
+                if trial.should_prune():
+                    return False
+            if screened and i == proxy_levels - 1 and order is not None:
+                promoted = self._promote([m for m, _ in so_far], [g for _, g in so_far])
+                screening_stop.append(not promoted)
+                return promoted
+            return True
 
+        screening_stop: list[bool] = []
         m = self.measurer.measure(
             spec,
-            self.space.workload,
+            workload,
             self.objective,
             trial_label=f"trial-{trial.number}",
             seed=seed,
             on_level=on_level,
+            levels=order,
         )
         record.measurement(
-            [lv.model_dump(exclude_none=True) for lv in m.levels],
+            [lv.model_dump(exclude_none=True) for lv in sorted(m.levels, key=lambda lv: lv.concurrency)],
             m.server_s,
             m.startup_s,
             m.log_tail,
@@ -323,6 +358,11 @@ class Search:
         if m.status == "failed":
             assert m.failure is not None
             return self._failed(trial, m.failure)
+        stopped_after_screening = m.status == "stopped" and screening_stop == [True]
+        if stopped_after_screening:
+            m.status = "ok"
+        promoted = screened and order is not None and screening_stop == [False]
+        record.fidelity("target" if (not screened or promoted) else "proxy")
         if m.status == "stopped":
             record.pruned(
                 f"pruned at level {len(m.levels)} (C={levels_done[-1]})",
@@ -338,6 +378,34 @@ class Search:
             record.missed(bad)
         record.complete()
         return value
+
+    def _plan(self, wants_target: bool) -> tuple[Any, tuple[int, ...] | None, bool]:
+        """(the workload to run, the order of its levels, whether the trial is screened).
+
+        A screened trial runs the target in screening order and stops after the proxy's
+        levels unless promoted; a proxy that is no subset of the target runs on its own.
+        """
+        target, proxy = self.space.workload, self.space.proxy
+        if not self.screens or (wants_target and self.order is None):
+            return target, None, False
+        if self.order is None:
+            return proxy, None, True
+        return target, self.order, not wants_target
+
+    def _promote(self, levels: Sequence[Any], goodputs: Sequence[float | None]) -> bool:
+        """Whether a screened trial goes on to the target's other levels: in the last trials
+        of the budget, when its proxy value is within :data:`PROMOTE_WITHIN_SD` noise
+        deviations of the leader's estimate (or there is no leader yet)."""
+        if self.counted() - 1 < self.budget - self.final_window():  # this trial counts itself
+            return False
+        value = self.objective.partial(levels, goodputs)
+        if value is None:
+            return False
+        ev = estimates.evidence(self.study.get_trials(deepcopy=False))
+        top = ev.leader()
+        if top is None:
+            return True
+        return value >= top.value * (1 - PROMOTE_WITHIN_SD * ev.noise)
 
     def _worst(self) -> float | tuple[float, float]:
         return (0.0, 0.0) if self.objective.multi else 0.0

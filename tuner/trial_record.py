@@ -57,17 +57,23 @@ REPEAT_OF = "repeat_of"
 MODEL_PICK = "model_pick"
 #: What a pruned trial measured of the objective before it was cut (a lower bound).
 PARTIAL_VALUE = "partial_value"
+#: Which workload the value was measured on: ``target`` (all of the space's workload) or
+#: ``proxy`` (the screening levels only, :mod:`tuner.fidelity`). Queued trials carry it as a
+#: request. Trials of older studies measured the whole workload: ``target``.
+FIDELITY = "fidelity"
 
 # --- the study's own attributes -----------------------------------------------------------
 STUDY_SPACE = "space"
 STUDY_OBJECTIVE = "objective"
 STUDY_ENGINE = "engine"
 STUDY_WORKLOAD = "workload"
+#: The proxy workload trials are screened on (equal to the workload when there is none).
+STUDY_PROXY = "proxy"
 #: The space's systemd unit settings, with the interpreter (``python``).
 STUDY_UNIT = "unit"
 
 #: Attributes a reused trial copies from the trial it reuses.
-_COPIED_ON_REUSE = (LEVELS, SERVER_INFO, REASON, FAILURE_CLASS, VIOLATIONS)
+_COPIED_ON_REUSE = (LEVELS, SERVER_INFO, REASON, FAILURE_CLASS, VIOLATIONS, FIDELITY)
 #: Bytes of a server log kept on a trial.
 LOG_TAIL_CHARS = 4000
 #: Characters of a failure message kept in a reason.
@@ -106,6 +112,11 @@ def server_s(t: FrozenTrial) -> float:
     return float(t.user_attrs.get(SERVER_S, 0.0) or 0.0)
 
 
+def fidelity(t: FrozenTrial) -> str:
+    """``target`` or ``proxy``: what the trial's value was measured on."""
+    return str(t.user_attrs.get(FIDELITY, "target"))
+
+
 @dataclass
 class TrialRecord:
     """The readable record of a trial (its user attributes, typed)."""
@@ -134,6 +145,8 @@ class TrialRecord:
     reused_from: int | None = None
     repeat_of: int | None = None
     model_pick: int | None = None
+    #: ``target`` or ``proxy`` (see :data:`FIDELITY`).
+    fidelity: str = "target"
     #: Value reported at each level (step), for pruning.
     intermediate: dict[int, float] = field(default_factory=dict)
     distributions: dict[str, Any] = field(default_factory=dict, repr=False)
@@ -146,6 +159,8 @@ class TrialRecord:
     runs: tuple[int, ...] = ()
     mean: float | None = None
     estimate: float | None = None
+    #: Of ``runs``, the launches measured on the target workload (the best record only).
+    target_runs: tuple[int, ...] = ()
 
     @classmethod
     def of(cls, t: FrozenTrial) -> TrialRecord:
@@ -172,6 +187,7 @@ class TrialRecord:
             reused_from=a.get(REUSED_FROM),
             repeat_of=a.get(REPEAT_OF),
             model_pick=a.get(MODEL_PICK),
+            fidelity=str(a.get(FIDELITY, "target")),
             intermediate=dict(sorted(t.intermediate_values.items())),
             distributions=dict(t.distributions),
             fail_reason=t.system_attrs.get("fail_reason"),
@@ -222,6 +238,8 @@ class StudyInfo:
     objective: str
     engine: str | None
     workload: dict[str, Any] | None
+    #: The workload trials were screened on (None: the workload itself, or an older study).
+    proxy: dict[str, Any] | None
     #: systemd unit settings (description, user, working_directory, environment_file, python).
     unit: dict[str, Any]
 
@@ -234,6 +252,7 @@ class StudyInfo:
             objective=name,
             engine=attrs.get(STUDY_ENGINE),
             workload=attrs.get(STUDY_WORKLOAD),
+            proxy=attrs.get(STUDY_PROXY),
             unit=dict(attrs.get(STUDY_UNIT, {}) or {}),
         )
 
@@ -246,23 +265,28 @@ def write_study_info(
     engine: str,
     workload: Mapping[str, Any],
     unit: Mapping[str, Any],
+    proxy: Mapping[str, Any] | None = None,
 ) -> None:
     """Store what a study searches (read back by :meth:`StudyInfo.of`)."""
     study.set_user_attr(STUDY_SPACE, space)
     study.set_user_attr(STUDY_OBJECTIVE, dict(objective))
     study.set_user_attr(STUDY_ENGINE, engine)
     study.set_user_attr(STUDY_WORKLOAD, dict(workload))
+    if proxy is not None:
+        study.set_user_attr(STUDY_PROXY, dict(proxy))
     study.set_user_attr(STUDY_UNIT, dict(unit))
 
 
 def queued_repeat(number: int) -> dict[str, Any]:
-    """Attributes of a trial queued to measure trial ``number``'s configuration again."""
-    return {REPEAT_OF: number}
+    """Attributes of a trial queued to measure trial ``number``'s configuration again, on the
+    target workload."""
+    return {REPEAT_OF: number, FIDELITY: "target"}
 
 
 def queued_model_pick(leader: int) -> dict[str, Any]:
-    """Attributes of a trial queued to launch the additive model's pick over ``leader``."""
-    return {MODEL_PICK: leader}
+    """Attributes of a trial queued to launch the additive model's pick over ``leader``, on
+    the target workload."""
+    return {MODEL_PICK: leader, FIDELITY: "target"}
 
 
 class TrialWriter:
@@ -278,6 +302,15 @@ class TrialWriter:
     def repeats(self) -> bool:
         """The trial was queued as a repeated measurement (:data:`REPEAT_OF`)."""
         return REPEAT_OF in self.trial.user_attrs
+
+    @property
+    def wants_target(self) -> bool:
+        """The trial was queued to be measured on the target workload."""
+        return self.trial.user_attrs.get(FIDELITY) == "target"
+
+    def fidelity(self, value: str) -> None:
+        """What the trial's value was measured on (``target`` or ``proxy``)."""
+        self._set(FIDELITY, value)
 
     def launch(self, key: str, argv: Sequence[str], env: Mapping[str, str], backend: str) -> None:
         """What the trial launches: its configuration's identity, command and environment."""

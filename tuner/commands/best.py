@@ -54,6 +54,8 @@ def run(args: argparse.Namespace) -> int:
                 "value": rec.final_value,
                 "values": rec.values,
                 "runs": list(rec.runs),
+                "target_runs": list(rec.target_runs),
+                "fidelity": rec.fidelity,
                 "mean": rec.mean,
                 "estimate": rec.estimate,
                 "params": rec.params,
@@ -62,6 +64,7 @@ def run(args: argparse.Namespace) -> int:
                 "env": spec.env,
                 "levels": rec.levels,
                 "workload": info.workload,
+                "proxy": info.proxy,
             },
             indent=2,
         )

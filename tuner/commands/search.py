@@ -257,6 +257,10 @@ def summary(
         else ""
     )
     print(f"best: trial #{best.number}, {objective.name} = {best.mean:.1f} tok/s{launches}")
+    if best.fidelity == "proxy":
+        print("  measured on the screening proxy only: not confirmed on the target workload yet")
+    elif best.target_runs and len(best.target_runs) < len(best.runs):
+        print(f"  {len(best.target_runs)} of its launches measured the whole target workload")
     for lv in best.levels:
         print(f"  C={lv['concurrency']:3d}: {lv['output_tok_s']:8.1f} tok/s")
     print("  flags: " + " ".join(best.argv))

@@ -154,10 +154,15 @@ def request_body(model: str, prompt: str, max_tokens: int, ignore_eos: bool) -> 
 
 
 async def run_request(
-    client: httpx.AsyncClient, body: bytes, timeout_s: float, rec: RequestRecord | None = None
+    client: httpx.AsyncClient,
+    body: bytes,
+    timeout_s: float,
+    rec: RequestRecord | None = None,
+    live: list[float] | None = None,
 ) -> RequestRecord:
     """Send one streaming chat request and fill its record; never raises (except on
-    cancellation): failures become ``rec.error``."""
+    cancellation): failures become ``rec.error``. ``live`` receives token times as they
+    arrive (see :func:`~tuner.loadgen.sse.consume_sse`)."""
     rec = rec or RequestRecord(start=0.0)
     rec.start = time.perf_counter()
     got_response = False
@@ -171,7 +176,7 @@ async def run_request(
                     rec.error = f"http-{resp.status_code}"
                     await resp.aclose()
                 else:
-                    await consume_sse(resp.aiter_bytes(), rec)
+                    await consume_sse(resp.aiter_bytes(), rec, live)
     except StreamError as exc:
         rec.error = exc.kind
     except TimeoutError:

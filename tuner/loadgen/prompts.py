@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tuner.workload import CHARS_PER_TOKEN
+from tuner.trace import CHARS_PER_TOKEN
 
 _QUESTIONS = (
     "Explain how a hash map handles collisions, with a short example.",

@@ -60,10 +60,13 @@ def parse_event(payload: bytes, state: list) -> None:
             state[3] = pt
 
 
-async def consume_sse(chunks: AsyncIterator[bytes], rec: RequestRecord) -> None:
+async def consume_sse(
+    chunks: AsyncIterator[bytes], rec: RequestRecord, times: list[float] | None = None
+) -> None:
     """Read an SSE stream, given as the body's byte chunks, into ``rec`` (token times,
-    counts); raises StreamError."""
-    times: list[float] = []
+    counts); raises StreamError. ``times``, when given, receives each token (chunk) time as
+    it arrives, so a caller that cancels the stream keeps what came."""
+    times = [] if times is None else times
     state: list = [0, None, False, 0]
     buf = b""
     clock = time.perf_counter

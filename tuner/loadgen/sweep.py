@@ -3,12 +3,16 @@ as its workload says.
 
 * ``burst``: C requests at once; the level's wall runs from the first send to the last
   finish.
-* ``closed-loop``: C clients each keep one request in flight; clients start staggered
-  over ``ramp_s``; the level's wall is the ``duration_s`` window after the ramp and only
-  requests that finish inside it count.
-* ``poisson``: open loop, ``max(1, rate * C * duration_s)`` requests with exponential
-  inter-arrival times at ``rate * C`` requests/s; every request counts; the wall runs
-  from the start to the last finish.
+* ``closed-loop`` (and a trace replayed closed-loop): C clients each keep one request in
+  flight; clients start staggered over ``ramp_s``; the level's wall is the ``duration_s``
+  window after the ramp, and every token streamed inside it counts, including those of
+  requests still streaming when it closes (:data:`~tuner.request_records.CUT_AT_WINDOW_END`).
+* ``poisson`` (and a trace replayed at its timestamps): open loop, the requests of the
+  level's plan sent at their arrival offsets; every request counts; the wall runs from the
+  start to the last finish.
+
+What each request asks for (prompt, ``max_tokens``, ``ignore_eos``) comes from the
+workload's plan (:meth:`~tuner.workload.Workload.plan`), as the simulator's do.
 
 Failures never escape a level: they are per-request error classes, which
 :func:`~tuner.metrics.summarize` counts per level; a level whose server only fails
@@ -29,7 +33,7 @@ import numpy as np
 from tuner.loadgen.client import ClientSet, Timeouts, discover_model, request_body, run_request
 from tuner.loadgen.prompts import chat_prompt
 from tuner.metrics import LevelMetrics, summarize
-from tuner.request_records import LevelRecords, RequestRecord
+from tuner.request_records import CUT_AT_WINDOW_END, LevelRecords, RequestRecord
 from tuner.workload import Workload
 
 #: A closed-loop or Poisson level gives up once this many requests (at least, and at
@@ -57,29 +61,37 @@ class _LevelRun:
     ):
         self.clients, self.workload, self.c = clients, workload, concurrency
         self.model = model
-        self.max_tokens = workload.max_tokens_for(concurrency)
-        self.timeout_s = timeouts.for_request(self.max_tokens)
         self.rng = np.random.default_rng([seed, concurrency])
+        self.plan = workload.plan(concurrency, self.rng)
+        self.max_tokens = int(self.plan.max_tokens.max())
+        self.timeout_s = timeouts.for_request(self.max_tokens)
         self.sent = 0
         self.errors = 0
         self.successes = 0
         self.failing = asyncio.Event()
 
     def body(self) -> bytes:
+        """The next request of the plan (a closed loop cycles through it)."""
+        plan, i = self.plan, self.sent % len(self.plan)
         self.sent += 1
-        prompt = chat_prompt(self.rng, self.sent, self.workload.prompt_tokens)
-        return request_body(self.model, prompt, self.max_tokens, self.workload.ignore_eos)
+        text = plan.prompts[i] if plan.prompts is not None else None
+        if text is None:
+            tokens = None if plan.prompt_tokens is None else int(plan.prompt_tokens[i])
+            text = chat_prompt(self.rng, self.sent, tokens)
+        return request_body(self.model, text, int(plan.max_tokens[i]), plan.ignore_eos)
 
-    async def one(self, body: bytes | None = None) -> RequestRecord:
+    async def one(
+        self, body: bytes | None = None, rec: RequestRecord | None = None, live: list[float] | None = None
+    ) -> RequestRecord:
         body = body or self.body()
         if isinstance(self.clients, ClientSet):
             client = self.clients.acquire()
             try:
-                rec = await run_request(client, body, self.timeout_s)
+                rec = await run_request(client, body, self.timeout_s, rec, live)
             finally:
                 self.clients.release(client)
         else:
-            rec = await run_request(self.clients, body, self.timeout_s)
+            rec = await run_request(self.clients, body, self.timeout_s, rec, live)
         if rec.error is None:
             self.successes += 1
         else:
@@ -103,8 +115,18 @@ class _LevelRun:
         async def client(i: int) -> None:
             await asyncio.sleep(wl.ramp_s * i / c)
             while time.perf_counter() < win_end:
-                rec = await self.one()
-                if rec.end is not None and win_start <= rec.end <= win_end:
+                rec, live = RequestRecord(start=0.0), []
+                try:
+                    rec = await self.one(rec=rec, live=live)
+                except asyncio.CancelledError:
+                    if live:  # still streaming when the window closed: its tokens so far count
+                        rec.token_times = np.array(live)
+                        rec.first_token = live[0]
+                        rec.output_tokens = len(live)
+                        rec.error = CUT_AT_WINDOW_END
+                        records.append(rec)
+                    raise
+                if rec.end is not None and rec.end >= win_start:
                     records.append(rec)
                 if rec.error is not None:
                     await asyncio.sleep(ERROR_BACKOFF_S)
@@ -116,18 +138,15 @@ class _LevelRun:
         for t in [*tasks, stopper]:
             t.cancel()
         await asyncio.gather(*tasks, stopper, return_exceptions=True)
-        return self._result(records, win_start if ended >= win_start else t0, ended)
+        return self._result(records, win_start if ended >= win_start else t0, ended, window=True)
 
-    async def poisson(self) -> LevelRecords:
-        """``max(1, rate x duration)`` requests with exponential gaps (the simulator's
-        definition, so both run the same experiment); the wall runs to the last finish."""
-        wl = self.workload
-        rate = wl.rate * self.c
-        n = max(1, int(rate * wl.duration_s))
-        offsets = np.cumsum(self.rng.exponential(1.0 / rate, n))
+    async def open_loop(self) -> LevelRecords:
+        """The plan's requests at their arrival offsets (Poisson draws, or a trace's own
+        timestamps); the wall runs to the last finish."""
+        assert self.plan.arrivals is not None
         t0 = time.perf_counter()
         tasks: list[asyncio.Task[RequestRecord]] = []
-        for offset in offsets.tolist():
+        for offset in self.plan.arrivals.tolist():
             if self.failing.is_set():
                 break
             delay = t0 + offset - time.perf_counter()
@@ -138,9 +157,16 @@ class _LevelRun:
         ends = [r.end for r in records if r.end is not None]
         return self._result(records, t0, max(ends) if ends else time.perf_counter())
 
-    def _result(self, records: list[RequestRecord], started: float, ended: float) -> LevelRecords:
+    def _result(
+        self, records: list[RequestRecord], started: float, ended: float, *, window: bool = False
+    ) -> LevelRecords:
         return LevelRecords(
-            concurrency=self.c, records=records, started=started, ended=ended, max_tokens=self.max_tokens
+            concurrency=self.c,
+            records=records,
+            started=started,
+            ended=ended,
+            max_tokens=self.max_tokens,
+            window=window,
         )
 
 
@@ -192,11 +218,11 @@ async def run_level(
         else:
             model_name = await discover_model(client_or_url)
     level = _LevelRun(client_or_url, workload, concurrency, model_name, seed, timeouts)
-    if workload.kind == "burst":
+    if level.plan.mode == "burst":
         return await level.burst()
-    if workload.kind == "closed-loop":
+    if level.plan.mode == "closed-loop":
         return await level.closed_loop()
-    return await level.poisson()
+    return await level.open_loop()
 
 
 async def warm_up(
@@ -236,8 +262,10 @@ async def run_sweep(
     warmup: bool = True,
     fast: bool = True,
     on_records: Callable[[LevelRecords], bool | None] | None = None,
+    levels: Sequence[int] | None = None,
 ) -> list[LevelRecords]:
-    """Warm up, then measure the workload's levels lowest first.
+    """Warm up, then measure the workload's levels lowest first (or in the order ``levels``
+    gives: a screened trial measures its proxy levels first).
 
     ``on_level`` receives each level's :class:`LevelMetrics` (it may be a coroutine
     function); returning ``False`` stops the sweep (this is how a study prunes).
@@ -253,7 +281,7 @@ async def run_sweep(
             clients.release(client)
         if warmup and workload.warmup_requests:
             await warm_up(clients, workload, model_name=model_name, timeouts=timeouts)
-        for c in workload.levels:
+        for c in levels or workload.levels:
             level = await run_level(clients, workload, c, model_name=model_name, seed=seed, timeouts=timeouts)
             out.append(level)
             if on_records is not None and on_records(level) is False:

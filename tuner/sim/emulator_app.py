@@ -35,7 +35,7 @@ from starlette.routing import Route
 
 from tuner.sim.model import PerfModel
 from tuner.sim.realtime import Generation, RealtimeEngine
-from tuner.workload import CHARS_PER_TOKEN
+from tuner.trace import CHARS_PER_TOKEN
 
 #: max_tokens when a request sets none (SGLang: up to the context length; the natural
 #: reply length ends it long before).

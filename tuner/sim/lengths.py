@@ -14,14 +14,13 @@ import numpy as np
 CHAT_REPLY_MEDIAN_TOKENS = 1700
 #: Log-space standard deviation of reply lengths (same calibration target).
 CHAT_REPLY_SIGMA = 0.5
-#: Length of a "short chat prompt" of the reference campaign, in tokens (estimate of a
-#: one-line question wrapped in the chat template).
-SHORT_CHAT_PROMPT_TOKENS = 64
 
 
-def reply_lengths(rng: np.random.Generator, n: int, max_tokens: int, ignore_eos: bool) -> np.ndarray:
-    """Output token counts of ``n`` requests."""
+def reply_lengths(
+    rng: np.random.Generator, n: int, max_tokens: int | np.ndarray, ignore_eos: bool
+) -> np.ndarray:
+    """Output token counts of ``n`` requests (``max_tokens``: one cap, or one per request)."""
     if ignore_eos:
-        return np.full(n, max_tokens, dtype=np.int64)
+        return np.broadcast_to(np.asarray(max_tokens, dtype=np.int64), (n,)).copy()
     natural = rng.lognormal(np.log(CHAT_REPLY_MEDIAN_TOKENS), CHAT_REPLY_SIGMA, n)
     return np.clip(np.rint(natural), 1, max_tokens).astype(np.int64)

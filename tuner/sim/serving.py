@@ -28,10 +28,10 @@ import numpy as np
 
 from tuner.metrics import LevelMetrics, summarize
 from tuner.request_records import LevelRecords, RequestRecord
-from tuner.sim.lengths import SHORT_CHAT_PROMPT_TOKENS, reply_lengths
+from tuner.sim.lengths import reply_lengths
 from tuner.sim.model import PerfModel
 from tuner.sim.scheduler import SglangScheduler
-from tuner.workload import Workload
+from tuner.workload import SHORT_PROMPT_TOKENS, LevelPlan, Workload
 
 #: Default noise: per-launch and per-step relative standard deviation (a few percent).
 DEFAULT_NOISE = 0.02
@@ -46,7 +46,11 @@ class _Level:
     prompt: np.ndarray
     target: np.ndarray
     max_tokens: np.ndarray
+    #: the plan the requests come from, and the index of the next one a closed loop sends
+    plan: LevelPlan
+    next_index: int
     generated: np.ndarray = field(init=False)
+    refused: np.ndarray = field(init=False)
     first: np.ndarray = field(init=False)
     end: np.ndarray = field(init=False)
     ranges: list[list[tuple[int, int]]] = field(init=False)
@@ -54,6 +58,7 @@ class _Level:
     def __post_init__(self) -> None:
         n = len(self.arrival)
         self.generated = np.zeros(n, dtype=np.int64)
+        self.refused = np.zeros(n, dtype=bool)
         self.first = np.full(n, np.nan)
         self.end = np.full(n, np.nan)
         self.ranges = [[] for _ in range(n)]
@@ -74,48 +79,53 @@ class ServingSimulator:
     # --- public -------------------------------------------------------------------------
     def warm_up(self, workload: Workload) -> None:
         """Send the workload's warm-up requests (unrecorded); absorbs the slow first request."""
+        warm = Workload(levels=(1,), single_max_tokens=workload.warmup_max_tokens, ignore_eos=True)
         for _ in range(workload.warmup_requests):
-            self._run(self._burst(1, workload.warmup_max_tokens, workload, ignore_eos=True), None)
+            plan = warm.plan(1, self.rng)
+            self._run(self._requests(np.full(1, self.clock), plan, np.arange(1)), None)
 
     def run_level(self, workload: Workload, concurrency: int) -> LevelRecords:
-        """Simulate one concurrency level of the workload; returns its records."""
-        max_tokens = workload.max_tokens_for(concurrency)
+        """Simulate one level of the workload (the requests :meth:`Workload.plan` says);
+        returns its records."""
+        plan = workload.plan(concurrency, self.rng)
         t0 = self.clock
-        if workload.kind == "burst":
-            lvl = self._burst(concurrency, max_tokens, workload, workload.ignore_eos)
+        window = False
+        if plan.mode == "closed-loop":
+            lvl, started, ended = self._closed_loop(plan, workload)
+            # Every request that streamed inside the window counts its tokens there.
+            keep = (lvl.first <= ended) & (lvl.end >= started)
+            window = True
+        else:
+            offsets = np.zeros(len(plan)) if plan.arrivals is None else plan.arrivals
+            lvl = self._requests(t0 + offsets, plan, np.arange(len(plan)))
             self._run(lvl, None)
             started, ended = t0, float(np.nanmax(lvl.end))
             keep = np.ones(len(lvl.arrival), dtype=bool)
-        elif workload.kind == "closed-loop":
-            lvl, started, ended = self._closed_loop(concurrency, max_tokens, workload)
-            keep = (lvl.end >= started) & (lvl.end <= ended)
-        else:
-            rate = workload.rate * concurrency
-            n = max(1, int(rate * workload.duration_s))
-            arrivals = t0 + np.cumsum(self.rng.exponential(1.0 / rate, n))
-            lvl = self._requests(arrivals, max_tokens, workload, workload.ignore_eos)
-            self._run(lvl, None)
-            started, ended = t0, float(np.nanmax(lvl.end))
-            keep = np.ones(n, dtype=bool)
-        return self._records(lvl, keep, concurrency, started, ended, max_tokens)
+        records = self._records(lvl, keep, concurrency, started, ended, int(plan.max_tokens.max()))
+        records.window = window
+        return records
 
     # --- workloads ----------------------------------------------------------------------
-    def _requests(self, arrivals: np.ndarray, max_tokens: int, wl: Workload, ignore_eos: bool) -> _Level:
-        n = len(arrivals)
-        prompt = np.full(n, wl.prompt_tokens or SHORT_CHAT_PROMPT_TOKENS, dtype=np.int64)
-        target = reply_lengths(self.rng, n, max_tokens, ignore_eos)
-        return _Level(arrivals.astype(float), prompt, target, np.full(n, max_tokens, dtype=np.int64))
+    def _requests(self, arrivals: np.ndarray, plan: LevelPlan, idx: np.ndarray) -> _Level:
+        """Requests ``idx`` of a plan (indices wrap: a closed loop cycles through it)."""
+        idx = idx % len(plan)
+        max_tokens = plan.max_tokens[idx]
+        if plan.prompt_tokens is None:
+            prompt = np.full(len(idx), SHORT_PROMPT_TOKENS, dtype=np.int64)
+        else:
+            prompt = plan.prompt_tokens[idx]
+        if plan.output_tokens is not None:
+            target = plan.output_tokens[idx]
+        else:
+            target = reply_lengths(self.rng, len(idx), max_tokens, False)
+        return _Level(arrivals.astype(float), prompt, target, max_tokens.astype(np.int64), plan, len(idx))
 
-    def _burst(self, c: int, max_tokens: int, wl: Workload, ignore_eos: bool) -> _Level:
-        return self._requests(np.full(c, self.clock), max_tokens, wl, ignore_eos)
-
-    def _closed_loop(self, c: int, max_tokens: int, wl: Workload) -> tuple[_Level, float, float]:
-        t0 = self.clock
+    def _closed_loop(self, plan: LevelPlan, wl: Workload) -> tuple[_Level, float, float]:
+        c, t0 = plan.concurrency, self.clock
         start = t0 + wl.ramp_s
         stop = start + wl.duration_s
-        # Upper bound on requests: each client sends at most one per step-time of one token.
         ramp = t0 + (np.arange(c) * wl.ramp_s / c if c > 1 else np.zeros(1))
-        lvl = self._requests(ramp, max_tokens, wl, wl.ignore_eos)
+        lvl = self._requests(ramp, plan, np.arange(c))
         self._run(lvl, stop)
         return lvl, start, stop
 
@@ -195,13 +205,20 @@ class ServingSimulator:
                 running = np.concatenate([running, keep])
                 kv_len = np.concatenate([kv_len, lvl.prompt[keep] + lvl.generated[keep]])
                 if closed_loop_stop is not None and len(finished):
-                    self._respawn(lvl, finished, pending, closed_loop_stop)
-                    open_count += len(lvl.arrival) - len(lvl.ranges) if False else 0
+                    open_count += self._respawn(lvl, finished, pending, closed_loop_stop)
             if not len(running):
+                if waiting and not admitted:
+                    # Nothing runs and the head of the queue still does not fit: its prompt
+                    # is larger than the whole KV pool. SGLang refuses such a request (the
+                    # emulator answers 400); it fails at once instead of waiting forever.
+                    r = waiting.popleft()
+                    lvl.end[r], lvl.refused[r] = t, True
+                    open_count -= 1
+                    if closed_loop_stop is not None:
+                        open_count += self._respawn(lvl, np.array([r]), pending, closed_loop_stop)
+                    continue
                 if pending:
                     t = max(t, pending[0][0])
-                    continue
-                if waiting:
                     continue
                 break
             # Decode segment: whole scheduler iterations, stopping at the first finish.
@@ -247,27 +264,25 @@ class ServingSimulator:
         self._assemble_tokens(lvl, np.concatenate(step_times) if step_times else np.zeros(0), step_base)
 
     def _respawn(self, lvl: _Level, finished: np.ndarray, pending: list, stop: float) -> int:
-        """Closed loop: each finished client sends its next request at once (until ``stop``)."""
+        """Closed loop: each finished client sends the plan's next request at once (until
+        ``stop``)."""
         ends = lvl.end[finished]
         ends = ends[ends < stop]
         if not len(ends):
             return 0
         n0 = len(lvl.arrival)
         extra = len(ends)
-        target = reply_lengths(self.rng, extra, int(lvl.max_tokens[0]), False)
-        lvl.arrival = np.concatenate([lvl.arrival, ends])
-        lvl.prompt = np.concatenate([lvl.prompt, np.full(extra, lvl.prompt[0])])
-        lvl.target = np.concatenate(
-            [
-                lvl.target,
-                target if not np.all(lvl.target == lvl.max_tokens[0]) else np.full(extra, lvl.max_tokens[0]),
-            ]
-        )
-        lvl.max_tokens = np.concatenate([lvl.max_tokens, np.full(extra, lvl.max_tokens[0])])
-        lvl.generated = np.concatenate([lvl.generated, np.zeros(extra, dtype=np.int64)])
-        lvl.first = np.concatenate([lvl.first, np.full(extra, np.nan)])
-        lvl.end = np.concatenate([lvl.end, np.full(extra, np.nan)])
-        lvl.ranges.extend([] for _ in range(extra))
+        new = self._requests(ends, lvl.plan, np.arange(lvl.next_index, lvl.next_index + extra))
+        lvl.next_index += extra
+        lvl.arrival = np.concatenate([lvl.arrival, new.arrival])
+        lvl.prompt = np.concatenate([lvl.prompt, new.prompt])
+        lvl.target = np.concatenate([lvl.target, new.target])
+        lvl.max_tokens = np.concatenate([lvl.max_tokens, new.max_tokens])
+        lvl.generated = np.concatenate([lvl.generated, new.generated])
+        lvl.refused = np.concatenate([lvl.refused, new.refused])
+        lvl.first = np.concatenate([lvl.first, new.first])
+        lvl.end = np.concatenate([lvl.end, new.end])
+        lvl.ranges.extend(new.ranges)
         for i, a in enumerate(ends):
             heapq.heappush(pending, (float(a) + self.model.request_overhead_s, n0 + i))
         return extra
@@ -306,6 +321,7 @@ class ServingSimulator:
                     output_tokens=int(lvl.generated[i]),
                     prompt_tokens=int(lvl.prompt[i]),
                     token_times=self._token_times[i],
+                    error="http-400" if lvl.refused[i] else None,
                 )
             )
         return LevelRecords(concurrency=c, records=recs, started=started, ended=ended, max_tokens=max_tokens)

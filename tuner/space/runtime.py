@@ -12,7 +12,7 @@ import optuna
 from optuna.distributions import BaseDistribution
 from pydantic import ValidationError
 
-from tuner import engines, profiles
+from tuner import engines, fidelity, profiles
 from tuner.engines.base import Engine, LaunchSpec, format_value
 from tuner.expr import FUNCTIONS, Expr, ExprError
 from tuner.failures import LaunchFailure
@@ -22,6 +22,7 @@ from tuner.space.errors import SpaceError, validation_problems
 from tuner.space.fields import Problem, kind_of
 from tuner.space.parameters import Parameter, same_choice
 from tuner.space.schema import SPACE_SUFFIXES, Launch, SpaceFile
+from tuner.trace import TraceError
 from tuner.workload import Workload
 
 
@@ -113,6 +114,18 @@ class Space:
         except profiles.ProfileError as exc:
             problems.append(("model", str(exc)))
 
+        self.target = self.proxy = spec.workload
+        base = base_dir or Path.cwd()
+        try:
+            self.target = spec.workload.resolved(base)
+        except TraceError as exc:
+            problems.append(("workload.trace", str(exc)))
+        else:
+            try:
+                self.proxy = fidelity.proxy_of(self.target, spec.proxy, base)
+            except ValueError as exc:  # a TraceError too
+                problems.append(("proxy", str(exc)))
+
         launch = spec.launch
         if launch.python is not None and not launch.python.startswith("/"):
             problems.append(("launch.python", f"must be an absolute path, not {launch.python!r}"))
@@ -186,7 +199,8 @@ class Space:
 
     @property
     def workload(self) -> Workload:
-        return self.spec.workload
+        """The target workload: what the deployment serves (trace paths resolved)."""
+        return self.target
 
     @property
     def objective(self) -> Objective:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field
 
@@ -55,7 +55,12 @@ class SpaceFile(Strict):
     launch: Launch
     parameters: dict[str, Parameter] = Field(default_factory=dict)
     constraints: list[Constraint] = Field(default_factory=list)
+    #: the target: what the deployment serves; a recommendation is judged on it
     workload: Workload = Workload()
+    #: what trials are screened on: ``auto`` derives it from the target (its single-stream
+    #: and heaviest levels, :func:`tuner.fidelity.derive_proxy`), ``none`` measures every
+    #: trial on the whole target, or a workload of its own
+    proxy: Literal["auto", "none"] | Workload = "auto"
     objective: Objective = Objective()
     #: configurations measured first (a warm start: e.g. the known-good settings of a hand-run
     #: campaign); a parameter left out takes the first value of its domain.
