@@ -126,7 +126,7 @@ class _LevelRun:
                         rec.error = CUT_AT_WINDOW_END
                         records.append(rec)
                     raise
-                if rec.end is not None and rec.end >= win_start:
+                if _inside(rec, win_start, win_end):
                     records.append(rec)
                 if rec.error is not None:
                     await asyncio.sleep(ERROR_BACKOFF_S)
@@ -168,6 +168,14 @@ class _LevelRun:
             max_tokens=self.max_tokens,
             window=window,
         )
+
+
+def _inside(rec: RequestRecord, start: float, end: float) -> bool:
+    """Whether a closed-loop request streamed a token (or, failing, ended) inside the window."""
+    times = rec.token_times
+    if times is not None and len(times):
+        return bool(times[-1] >= start and times[0] <= end)
+    return rec.end is not None and start <= rec.end <= end
 
 
 async def _wait_until(tasks: Sequence[asyncio.Task], stopper: asyncio.Task, deadline: float) -> None:
