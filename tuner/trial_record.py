@@ -63,6 +63,8 @@ STUDY_SPACE = "space"
 STUDY_OBJECTIVE = "objective"
 STUDY_ENGINE = "engine"
 STUDY_WORKLOAD = "workload"
+#: Where the study's numbers come from (simulated, emulated, real; see tuner.statement).
+STUDY_BACKEND = "measured_on"
 #: The space's systemd unit settings, with the interpreter (``python``).
 STUDY_UNIT = "unit"
 
@@ -224,6 +226,8 @@ class StudyInfo:
     workload: dict[str, Any] | None
     #: systemd unit settings (description, user, working_directory, environment_file, python).
     unit: dict[str, Any]
+    #: Where the numbers come from (:func:`tuner.statement.backend_of`); None in older studies.
+    backend: dict[str, Any] | None = None
 
     @classmethod
     def of(cls, attrs: Mapping[str, Any]) -> StudyInfo:
@@ -235,6 +239,7 @@ class StudyInfo:
             engine=attrs.get(STUDY_ENGINE),
             workload=attrs.get(STUDY_WORKLOAD),
             unit=dict(attrs.get(STUDY_UNIT, {}) or {}),
+            backend=attrs.get(STUDY_BACKEND),
         )
 
 
