@@ -10,6 +10,7 @@ COMMAND_MODULES = (
     "search",
     "best",
     "trials",
+    "space",
     "simulate",
     "calibration",
     "bench",
