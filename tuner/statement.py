@@ -79,14 +79,16 @@ def backend_of(
     real), the launcher (``backend``), the host and model profile names where the numbers
     come from a model of them, the emulator's ``speedup``, and the ``hosts``."""
     names = _profile_names(hardware, model)
+    ids = {"hardware_id": hardware, "model_id": model}
     if backend == "sim":
-        return {"kind": "simulated", "backend": backend, **names}
+        return {"kind": "simulated", "backend": backend, **names, **ids}
     if any(EMULATOR_MODULE in word for word in command):
         try:
             speedup = float(_option(command, "--speedup") or 1.0)
         except ValueError:
             speedup = 1.0
-        emulated = _profile_names(_option(command, "--hardware"), _option(command, "--model"))
+        hw, mdl = _option(command, "--hardware"), _option(command, "--model")
+        emulated = {**_profile_names(hw, mdl), "hardware_id": hw, "model_id": mdl}
         return {"kind": "emulated", "backend": backend, "speedup": speedup, **emulated, "hosts": list(hosts)}
     return {"kind": "real", "backend": backend, "hosts": list(hosts)}
 
@@ -130,7 +132,7 @@ def backend_text(backend: Mapping[str, Any] | None, fallback: str | None = None)
     if kind == "emulated":
         k = speedup(backend) or 1.0
         scale = (
-            f", at {k:g}x the modelled host's speed: tok/s are {k:g}x, times 1/{k:g} of what it would show"
+            f"; runs {k:g}x faster than the modelled host: its tok/s are {k:g}x the host's, its times 1/{k:g}"
             if k != 1
             else ""
         )
