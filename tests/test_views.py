@@ -221,3 +221,32 @@ def test_note_of_a_refused_trial_reads_as_not_measured(searched, monkeypatch):
     note = trial_note(study.study_name, refused[0], unit_text=None, artifacts=[], engine="sglang")
     assert "Not a measurement" in note and "refused by SGLang" in note
     assert "none measured" in note and "Value:** 0.0 tok/s" not in note
+
+
+def _record(number: int, value: float, key: str, mem: float, runs: tuple[int, ...] = ()) -> TrialRecord:
+    from dataclasses import replace
+
+    import optuna
+    from optuna.distributions import FloatDistribution
+
+    t = optuna.trial.create_trial(
+        params={"mem_fraction_static": mem},
+        distributions={"mem_fraction_static": FloatDistribution(0.8, 0.95)},
+        value=value,
+        user_attrs={"outcome": "complete", "config_key": key},
+    )
+    t.number = number
+    return replace(TrialRecord.of(t), runs=runs or (number,), mean=value)
+
+
+def test_a_best_that_moves_down_says_why():
+    from tuner.progress import trial_line
+
+    before = _record(20, 2780.0, "a", 0.88)
+    repeat = _record(21, 2762.0, "a", 0.88)
+    after = _record(20, 2771.0, "a", 0.88, runs=(20, 21))
+    line = trial_line(repeat, after, previous=before)
+    assert "best estimate down 2780 -> 2771: #21 measured #20's configuration again at 2762" in line
+    better = _record(22, 2900.0, "b", 0.9000000000000001)
+    line = trial_line(better, better, previous=after)
+    assert "new best (+4.7% over #20): mem_fraction_static 0.88 -> 0.9" in line
