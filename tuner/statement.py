@@ -141,6 +141,18 @@ def backend_text(backend: Mapping[str, Any] | None, fallback: str | None = None)
     return f"real: {backend.get('backend')} on {hosts}"
 
 
+def source_word(backend: Mapping[str, Any] | None, fallback: str | None = None) -> str:
+    """Where the numbers come from, in a word or three: ``simulated``, ``emulated at 10x``, ``real``."""
+    if not backend:
+        if fallback == "sim":
+            return "simulated"
+        return f"backend {fallback}" if fallback else "backend unknown"
+    k = speedup(backend)
+    if k is not None:
+        return f"emulated at {k:g}x" if k != 1 else "emulated"
+    return str(backend.get("kind") or "unknown")
+
+
 def is_simulated(backend: Mapping[str, Any] | None, fallback: str | None = None) -> bool:
     """Whether the study's numbers come from the performance model (simulated or emulated)."""
     if backend:

@@ -15,6 +15,7 @@ from tuner.commands._common import add_study_args
 from tuner.deployment import DEFAULT_ENGINE
 from tuner.errors import UsageError
 from tuner.estimates import best_record
+from tuner.statement import source_word
 from tuner.storage import load_study
 from tuner.trial_record import StudyInfo, TrialRecord
 from tuner.wording import fmt_value, refusal_text
@@ -206,6 +207,8 @@ def run(args: argparse.Namespace) -> int:
             )
         print(buf.getvalue(), end="")
     else:
-        print(f"study {study.study_name}: {len(data)} trial(s), {info.objective} in tok/s; '-': unset")
+        fallback = next((TrialRecord.of(t).backend for t in study.get_trials(deepcopy=False)), None)
+        source = source_word(info.backend, fallback)
+        print(f"study {study.study_name}: {len(data)} trial(s), {info.objective} tok/s {source}; '-': unset")
         print(table(data, columns))
     return 0

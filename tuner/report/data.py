@@ -17,6 +17,7 @@ from tuner import estimates, trial_record
 from tuner.estimates import Estimate
 from tuner.trial_record import StudyInfo, TrialRecord
 from tuner.verdict import Verdict, verdict
+from tuner.wording import fmt_value
 
 #: Configurations in the top table, and curves in the concurrency figure.
 TOP_N = 10
@@ -165,14 +166,6 @@ def param_differences(params: Mapping[str, Any], winner: Mapping[str, Any]) -> l
     return [(k, params.get(k), winner.get(k)) for k in names if params.get(k) != winner.get(k)]
 
 
-def _fmt_param(v: Any) -> str:
-    if v is None:
-        return "-"
-    if isinstance(v, float):
-        return f"{v:.4g}"
-    return str(v)
-
-
 def differences_text(t: TrialRecord, winner: TrialRecord | None) -> str:
     if winner is None:
         return ""
@@ -181,7 +174,7 @@ def differences_text(t: TrialRecord, winner: TrialRecord | None) -> str:
     diffs = param_differences(t.params, winner.params)
     if not diffs:
         return "(same parameters)"
-    return ", ".join(f"{k}={_fmt_param(v)} (winner {_fmt_param(w)})" for k, v, w in diffs)
+    return ", ".join(f"{k}={fmt_value(v)} (winner {fmt_value(w)})" for k, v, w in diffs)
 
 
 def simulated_curves(data: ReportData, n: int = CURVES_N) -> dict[int, list[dict[str, Any]]]:
