@@ -111,7 +111,7 @@ def test_live_lines_name_the_change_and_call_refusals_refusals(searched):
     # The status line showed the level being measured, not only the last one done.
     assert re.search(r"level 1/2 C=1: \d+ tok/s, measuring C=256 \(level 2/2\)", out)
     # The summary: simulated server time, the statement again, the confidence.
-    summary = out.split("trials finished", 1)[1]
+    summary = out.split("\n20 trials (", 1)[1]
     assert "simulated server time" in out and "units: tok/s" in summary
     assert re.search(r"estimate \d+ tok/s \(interval \d+\.\.\d+", summary)
     assert "runner-up: trial #" in summary and "tok/s per user" in summary
@@ -162,7 +162,7 @@ def test_trials_rows_sort_filter_columns_and_formats(searched):
 def test_budget_beyond_the_start_points_reports_no_waiting_work(workdir):
     proc = tuner("search", "--budget", "3", "--seed", "1", "--quiet", cwd=workdir)
     assert proc.returncode == 0, proc.stderr
-    assert "3 trials finished" in proc.stdout and "waiting" not in proc.stdout
+    assert "3 trials (3 complete)" in proc.stdout and "waiting" not in proc.stdout
 
 
 def test_dry_run_prints_gpu_hours_and_launches_nothing(workdir):

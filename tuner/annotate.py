@@ -191,15 +191,17 @@ def trial_note(
         value = f"none measured ({values} is a placeholder for the sampler)"
     else:
         value = values + (" tok/s" if t.values else "")
+    source = "simulated" if rec.backend == "sim" else f"backend {rec.backend or '?'}"
     lines = [f"### Trial {t.number} of {study_name}", ""]
     if measured_nothing and t.state == TrialState.COMPLETE:
         # Optuna lists such a trial as Complete with value 0: say first that it is not a result.
         lines.append(
-            "**Not a measurement:** the dashboard's Complete and value 0 only mean the sampler was told.  "
+            "**Not a measurement:** this configuration measured nothing; the dashboard lists it as "
+            "Complete with value 0 only because the sampler must be told it is no good.  "
         )
     lines += [
         f"**State:** {state_in_words(t, engine)}  ",
-        f"**Value:** {value} (backend {rec.backend or '?'})  ",
+        f"**Value:** {value} ({source})  ",
         f"**Constraints:** {constraints_in_words(t)}  ",
     ]
     if rec.reused_from is not None:

@@ -332,7 +332,7 @@ def summary(
     else:
         server = f"server time {_hours(server_s)}"
     print(
-        f"\n{len(finished)} trials finished ({', '.join(f'{v} {k}' for k, v in sorted(counts.items()))}); "
+        f"\n{len(finished)} trials ({', '.join(f'{v} {k}' for k, v in sorted(counts.items()))}); "
         f"{server}; this run {elapsed:.1f} s"
     )
     queued = sum(1 for t in trials if t.state == TrialState.WAITING)
