@@ -43,8 +43,10 @@ from optuna.trial import FrozenTrial, TrialState
 
 from tuner import trial_record
 from tuner.deployment import DEFAULT_ENGINE, unit_text
+from tuner.statement import statement_lines
 from tuner.storage import STUDIES_DIR
 from tuner.trial_record import StudyInfo, TrialRecord
+from tuner.wording import refusal_text
 
 #: Prefix under which optuna-dashboard looks for a trial's artifacts in the study's
 #: system attributes (followed by ``<trial_id>:<artifact_id>``).
@@ -103,8 +105,9 @@ def md_escape(text: str) -> str:
     return " ".join(str(text).split()).translate(_MD_SPECIAL)
 
 
-def state_in_words(t: FrozenTrial) -> str:
-    """What happened to the trial, in a sentence (Markdown: free text is escaped)."""
+def state_in_words(t: FrozenTrial, engine: str | None = None) -> str:
+    """What happened to the trial, in a sentence (Markdown: free text is escaped); ``engine``
+    names whose rules refused a configuration (default: SGLang)."""
     rec = TrialRecord.of(t)
     outcome = rec.attrs.get(trial_record.OUTCOME)
     reason = md_escape(rec.reason or "")
@@ -126,8 +129,12 @@ def state_in_words(t: FrozenTrial) -> str:
             f"pruned: {reason or 'stopped early'}, after {n_levels} level(s): its throughput there was "
             "far below the best trials' at the same level"
         )
+    engine = engine or DEFAULT_ENGINE
     if outcome == "infeasible":
-        return f"infeasible, not launched: {reason or 'rejected by the launch rules'}"
+        return f"not launched, {md_escape(refusal_text(rec.reason, engine))}"
+    if outcome == "failed" and rec.backend == "sim" and rec.failure_class in ("invalid-args", "crash"):
+        message = (rec.reason or "").removeprefix(f"{rec.failure_class}: ")
+        return f"not measured, {md_escape(refusal_text(message, engine))}"
     if outcome == "failed":
         return f"failed ({rec.failure_class or 'unknown'}): {reason or 'the server did not start'}"
     if t.state == TrialState.FAIL:
@@ -167,20 +174,34 @@ def constraints_in_words(t: FrozenTrial) -> str:
     return "feasible: " + "; ".join(met)
 
 
-def trial_note(study_name: str, t: FrozenTrial, *, unit_text: str | None, artifacts: list[str]) -> str:
+def trial_note(
+    study_name: str,
+    t: FrozenTrial,
+    *,
+    unit_text: str | None,
+    artifacts: list[str],
+    engine: str | None = None,
+) -> str:
     """The Markdown note of a trial (see the module docstring for what it holds)."""
     unit = unit_text
     rec = TrialRecord.of(t)
     values = "/".join(f"{v:.1f}" for v in t.values) if t.values else "-"
-    if t.values and rec.outcome in ("infeasible", "failed"):
-        value = f"{values} (a placeholder for the sampler: nothing was measured)"
+    measured_nothing = rec.outcome in ("infeasible", "failed")
+    if t.values and measured_nothing:
+        value = f"none measured ({values} is a placeholder for the sampler)"
     else:
         value = values + (" tok/s" if t.values else "")
-    lines = [
-        f"### Trial {t.number} of {study_name}",
-        "",
-        f"**State:** {state_in_words(t)}  ",
-        f"**Value:** {value} (backend {rec.backend or '?'})  ",
+    source = "simulated" if rec.backend == "sim" else f"backend {rec.backend or '?'}"
+    lines = [f"### Trial {t.number} of {study_name}", ""]
+    if measured_nothing and t.state == TrialState.COMPLETE:
+        # Optuna lists such a trial as Complete with value 0: say first that it is not a result.
+        lines.append(
+            "**Not a measurement:** this configuration measured nothing; the dashboard lists it as "
+            "Complete with value 0 only because the sampler must be told it is no good.  "
+        )
+    lines += [
+        f"**State:** {state_in_words(t, engine)}  ",
+        f"**Value:** {value} ({source})  ",
         f"**Constraints:** {constraints_in_words(t)}  ",
     ]
     if rec.reused_from is not None:
@@ -289,6 +310,7 @@ def annotate_trial(
     log_path: Path | None = None,
     unit_text: str | None = None,
     records_path: Path | None = None,
+    engine: str | None = None,
 ) -> bool:
     """Write trial ``frozen_trial``'s note and artifacts (unit, per-level JSON, server log
     or its stored tail, request records) for optuna-dashboard.
@@ -318,7 +340,11 @@ def annotate_trial(
         for name, data in files:
             _put(study, frozen_trial, store, name, data)
         note = trial_note(
-            study.study_name, frozen_trial, unit_text=unit_text, artifacts=[f for f, _ in files]
+            study.study_name,
+            frozen_trial,
+            unit_text=unit_text,
+            artifacts=[f for f, _ in files],
+            engine=engine,
         )
         trial = optuna.Trial(study, frozen_trial._trial_id)
         save_note(trial, note)
@@ -363,4 +389,44 @@ class TrialAnnotator:
             log_path=log_path,
             unit_text=unit_text,
             records_path=records_path,
+            engine=StudyInfo.of(self._study_attrs).engine,
         )
+
+
+def study_note(study: optuna.Study) -> str:
+    """The Markdown note of the study: what was measured, on what, in which units, and the
+    winner with its confidence (the lines ``tuner best`` prints)."""
+    from tuner.verdict import verdict
+
+    info = StudyInfo.of(study.user_attrs)
+    fallback = next((TrialRecord.of(t).backend for t in study.get_trials(deepcopy=False)), None)
+    lines = [f"### Study {study.study_name}", ""]
+    lines += [
+        f"- {md_escape(line)}"
+        for line in statement_lines(info.workload, info.backend, fallback_backend=fallback)
+    ]
+    found = verdict(study)
+    lines.append("")
+    if found is None:
+        lines.append("No feasible configuration measured yet.")
+    else:
+        w = found.winner
+        lines.append(f"**Best:** trial #{w.number}, {info.objective} {w.mean:.1f} tok/s  ")
+        lines += [f"{md_escape(line)}  " for line in found.lines()]
+        lines.append(
+            f"\nDeploy it: `tuner best --study {study.study_name} > {info.engine or DEFAULT_ENGINE}.service`"
+        )
+    lines += ["", "_Written by tuner at the end of each search._"]
+    return "\n".join(lines) + "\n"
+
+
+def annotate_study(study: optuna.Study, artifact_dir: Path | None = None) -> bool:
+    """Write the study's note for optuna-dashboard (:func:`study_note`). Never raises."""
+    try:
+        from optuna_dashboard import save_note
+
+        save_note(study, study_note(study))
+        return True
+    except Exception as exc:
+        logger.warning(f"writing the study's dashboard note failed: {exc!r}")
+        return False

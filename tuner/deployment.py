@@ -7,9 +7,12 @@ measured, with the same header of measured numbers.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from tuner.engines.base import LaunchSpec
 from tuner.metrics import LevelMetrics
 from tuner.objectives import peak_tok_s, single_stream
+from tuner.statement import statement_lines
 from tuner.systemd_unit import render_shell, render_systemd_unit
 from tuner.trial_record import StudyInfo, TrialRecord
 
@@ -22,15 +25,20 @@ def launch_spec(rec: TrialRecord, info: StudyInfo) -> LaunchSpec:
     return LaunchSpec(argv=list(rec.argv), env=dict(rec.env), engine=info.engine or DEFAULT_ENGINE)
 
 
-def header_lines(study_name: str, rec: TrialRecord) -> list[str]:
-    """The comment lines at the top of a unit: study, trial, measured numbers, and what the
-    recommendation rests on (repeated launches, the pooled estimate)."""
+def header_lines(
+    study_name: str, rec: TrialRecord, info: StudyInfo | None = None, notes: Sequence[str] = ()
+) -> list[str]:
+    """The comment lines at the top of a unit: study, trial, what was measured on what
+    (``info``: the study's workload and backend), the measured numbers, what the
+    recommendation rests on (repeated launches, the pooled estimate) and ``notes``."""
     levels = [LevelMetrics(**lv) for lv in rec.levels]
-    lines = [
-        f"tuner study {study_name}, trial #{rec.number}",
+    lines = [f"tuner study {study_name}, trial #{rec.number}"]
+    if info is not None:
+        lines += statement_lines(info.workload, info.backend, fallback_backend=rec.backend)
+    lines.append(
         f"single-stream {single_stream(levels):.1f} tok/s, peak {peak_tok_s(levels):.1f} tok/s "
-        f"(backend {rec.backend or '?'})",
-    ]
+        f"(backend {rec.backend or '?'})"
+    )
     lines += [f"  C={lv.concurrency}: {lv.output_tok_s:.1f} tok/s" for lv in levels]
     if rec.fidelity == "proxy":
         lines.append("measured on the screening proxy only, not yet on the whole target workload")
@@ -41,11 +49,12 @@ def header_lines(study_name: str, rec: TrialRecord) -> list[str]:
     if len(rec.runs) > 1 and rec.mean is not None:
         trials = ", ".join(f"#{n}" for n in rec.runs)
         lines.append(f"launched {len(rec.runs)} times (trials {trials}): objective mean {rec.mean:.1f} tok/s")
-    if rec.estimate is not None:
+    if rec.estimate is not None and not notes:  # the notes of ``tuner best`` say it with an interval
         lines.append(
             f"estimated objective {rec.estimate:.1f} tok/s (its launches pooled with what its "
             "settings measured in the rest of the study)"
         )
+    lines += notes
     if not rec.feasible:
         lines.append(f"not a recommended configuration: {rec.outcome}")
     return lines
@@ -58,12 +67,13 @@ def unit_text(
     *,
     python: str | None = None,
     description: str | None = None,
+    notes: Sequence[str] = (),
 ) -> str:
     """The systemd unit that launches trial ``rec``'s configuration, with the study's unit
     settings (:attr:`StudyInfo.unit`). ``python``: the interpreter (default: the study's
     ``python`` setting); ``description``: used when the settings give none (default: the
-    engine's server tuned by this study). Raises ValueError when the unit cannot be
-    rendered (no command, a relative path, a program not found here)."""
+    engine's server tuned by this study); ``notes``: more header lines. Raises ValueError
+    when the unit cannot be rendered (no command, a relative path, a program not found here)."""
     spec = launch_spec(rec, info)
     settings = info.unit
     return render_systemd_unit(
@@ -71,7 +81,7 @@ def unit_text(
         description=settings.get("description")
         or description
         or f"{spec.engine} server tuned by tuner ({study_name})",
-        header=header_lines(study_name, rec),
+        header=header_lines(study_name, rec, info, notes),
         python=python or settings.get("python"),
         user=settings.get("user"),
         working_directory=settings.get("working_directory"),

@@ -210,18 +210,24 @@ def best(trials: Iterable[FrozenTrial]) -> Estimate | None:
     return evidence(trials).recommended()
 
 
-def best_record(study: optuna.Study) -> TrialRecord | None:
-    """The first trial of the recommended configuration (pareto: by peak), judged by all its
-    launches (:func:`best`); ``runs``, ``target_runs`` and ``mean`` say what it rests on."""
-    found = best(study.get_trials(deepcopy=False))
-    if found is None:
-        return None
+def record(found: Estimate, trials: Sequence[FrozenTrial]) -> TrialRecord:
+    """The readable record of a configuration: its first launch on the target workload (the
+    one whose levels are the whole target), with ``runs``, ``target_runs``, ``mean`` and
+    ``estimate`` saying what it rests on. ``trials``: the study's, by number."""
     first = min(found.target_numbers) if found.target_numbers else found.trial.number
-    record = TrialRecord.of(study.get_trials(deepcopy=False)[first]) if first != found.trial.number else None
+    trial = next((t for t in trials if t.number == first), found.trial)
     return replace(
-        record or TrialRecord.of(found.trial),
+        TrialRecord.of(trial),
         runs=found.numbers,
         target_runs=found.target_numbers,
         mean=found.mean,
         estimate=found.value,
     )
+
+
+def best_record(study: optuna.Study) -> TrialRecord | None:
+    """The first trial of the recommended configuration (pareto: by peak), judged by all its
+    launches (:func:`best`); ``runs``, ``target_runs`` and ``mean`` say what it rests on."""
+    trials = study.get_trials(deepcopy=False)
+    found = best(trials)
+    return None if found is None else record(found, trials)

@@ -39,6 +39,7 @@ from optuna.trial import FrozenTrial
 from tuner import logging as tuner_logging
 from tuner.estimates import best_record
 from tuner.trial_record import TrialRecord
+from tuner.wording import changes_text, params_text, refusal_text
 
 #: Carriage return plus "erase the whole line": redraws the status line in place.
 CLEAR_LINE = "\r\x1b[2K"
@@ -59,40 +60,105 @@ def format_duration(seconds: float) -> str:
     return f"{days} days, {text}" if days else text
 
 
-def _differences(space: Any, params: Mapping[str, Any], best: Mapping[str, Any]) -> dict[str, Any]:
-    """Parameters of ``params`` that differ from ``best``: the space's notion of "differs"
-    (a parameter that does not apply is None; 0.88 and 0.8800000001 are the same) when
-    it can judge both, else a plain comparison of the stored parameters."""
+def _differences(
+    space: Any, params: Mapping[str, Any], other: Mapping[str, Any]
+) -> dict[str, tuple[Any, Any]]:
+    """``{name: (value in other, value in params)}`` for the parameters that differ: the
+    space's notion of "differs" (a parameter that does not apply is unset; 0.88 and
+    0.8800000001 are the same) when it can judge both, else a plain comparison."""
     if space is not None:
         try:
-            return {k: v[0] for k, v in space.differences(params, best).items()}
+            return {k: (v[1], v[0]) for k, v in space.differences(params, other).items()}
         except Exception:  # parameters of an edited space: fall back to the stored values
             pass
-    keys = list(params) + [k for k in best if k not in params]
-    return {k: params.get(k) for k in keys if params.get(k) != best.get(k)}
+    keys = list(params) + [k for k in other if k not in params]
+    return {k: (other.get(k), params.get(k)) for k in keys if params.get(k) != other.get(k)}
 
 
-def trial_line(rec: TrialRecord, best: TrialRecord | None, space: Any = None) -> str:
-    """The one line of a finished trial: number, what differs from the best, per-level
-    tok/s, state (complete, reused #n, pruned at level k, infeasible/failed: reason) and
-    the best so far."""
-    if best is None or best.number == rec.number:
-        diff = "(best)" if best is not None else " ".join(f"{k}={v}" for k, v in rec.params.items())
-    else:
-        d = _differences(space, rec.params, best.params)
-        diff = " ".join(f"{k}={v}" for k, v in d.items()) or "(same as best)"
-    levels = " ".join(f"C{lv['concurrency']}:{lv['output_tok_s']:.0f}" for lv in rec.levels)
-    state = rec.outcome
-    if rec.outcome in ("pruned", "infeasible", "failed") or rec.violations:
-        state = rec.reason if rec.reason is not None else rec.outcome
+def _same_configuration(rec: TrialRecord, other: TrialRecord) -> bool:
+    return rec.config_key is not None and rec.config_key == other.config_key
+
+
+def _state(rec: TrialRecord, engine: str | None) -> tuple[str, str]:
+    """The trial's state in a word or three, and the full reason (shown last, never cut)."""
+    if rec.outcome == "infeasible":
+        return "refused, not launched", refusal_text(rec.reason, engine)
+    if rec.outcome == "failed" and rec.backend == "sim" and rec.failure_class in ("invalid-args", "crash"):
+        # The simulated server applies the engine's launch rules: its refusal is one of them.
+        message = (rec.reason or "").removeprefix(f"{rec.failure_class}: ")
+        return "refused", refusal_text(message, engine)
+    if rec.outcome == "failed":
+        return f"failed ({rec.failure_class or '?'})", rec.reason or ""
+    if rec.outcome == "pruned":
+        return rec.reason or "pruned", ""
+    if rec.violations:
+        return "missed a constraint", rec.reason or ""
     if rec.outcome == "reused":
-        state = f"reused #{rec.reused_from}"
+        return f"reused #{rec.reused_from}", ""
     if rec.repeat_of is not None and rec.outcome == "complete":
-        state = f"repeat of #{rec.repeat_of}"
+        return f"repeat of #{rec.repeat_of}", ""
     if rec.model_pick is not None and rec.outcome == "complete":
-        state = f"model's pick from #{rec.model_pick}"
+        return f"model's pick from #{rec.model_pick}", ""
+    return rec.outcome, ""
+
+
+def best_change(
+    rec: TrialRecord, best: TrialRecord | None, previous: TrialRecord | None, space: Any = None
+) -> str:
+    """What trial ``rec`` did to the best: ``new best: mem_fraction_static 0.88 -> 0.9``
+    (the change from the previous best), or why the best estimate moved down; empty when
+    the best did not change."""
+    if best is None or best.mean is None:
+        return ""
+    if previous is None or previous.mean is None:
+        return "first best" if best.number == rec.number else ""
+    notes = []
+    if best.number != previous.number and (best.number == rec.number or rec.number in best.runs):
+        changes = _differences(space, best.params, previous.params)
+        gain = (best.mean / previous.mean - 1.0) * 100 if previous.mean else 0.0
+        what = changes_text(changes) if changes else "the same parameters"
+        notes.append(f"new best ({gain:+.1f}% over #{previous.number}): {what}")
+    elif best.number != previous.number:
+        notes.append(f"best is now #{best.number}: #{previous.number} ranks lower on the pooled estimates")
+    if best.mean < previous.mean - 0.5:
+        if _same_configuration(rec, previous) and rec.value is not None:
+            why = (
+                f"#{rec.number} measured #{previous.number}'s configuration again at {rec.value:.0f}; "
+                "the best is judged by the mean of its launches"
+            )
+        else:
+            why = (
+                f"#{previous.number}'s single launch is discounted by the noise "
+                "(configurations are ranked by their estimate less one standard error)"
+            )
+        notes.append(f"best estimate down {previous.mean:.0f} -> {best.mean:.0f}: {why}")
+    return "; ".join(notes)
+
+
+def trial_line(
+    rec: TrialRecord,
+    best: TrialRecord | None,
+    space: Any = None,
+    *,
+    previous: TrialRecord | None = None,
+    engine: str | None = None,
+) -> str:
+    """The one line of a finished trial: number, per-level tok/s, state, the best so far,
+    then (never cut) what made it a new best, why it was refused, or how it differs from
+    the best. ``previous``: the best before this trial."""
+    levels = " ".join(f"C{lv['concurrency']}:{lv['output_tok_s']:.0f}" for lv in rec.levels) or "-"
+    state, detail = _state(rec, engine)
     best_s = f"best {best.mean:.0f} (#{best.number})" if best and best.mean is not None else "best -"
-    return f"#{rec.number:<3d} {diff[:90]:<90s} | {levels:<34s} | {state[:80]} | {best_s}"
+    change = best_change(rec, best, previous, space)
+    if change:
+        detail = f"{detail}; {change}" if detail else change
+    elif best is not None and rec.params and not (best.number == rec.number or rec.number in best.runs):
+        diffs = _differences(space, rec.params, best.params)
+        versus = f"vs #{best.number}: " + (changes_text(diffs) if diffs else "same configuration")
+        detail = f"{detail}; {versus}" if detail else versus
+    elif best is None and rec.params:
+        detail = f"{detail}; {params_text(rec.params)}" if detail else params_text(rec.params)
+    return f"#{rec.number:<3d} {levels:<20s} {state:<22s} {best_s:<16s} {detail}".rstrip()
 
 
 class Progress:
@@ -126,9 +192,11 @@ class Progress:
         self.plain_interval_s = plain_interval_s
         self.clock = clock
         try:
-            self.level_count: int | None = len(space.workload.levels) if space is not None else None
+            self.levels: tuple[int, ...] = tuple(space.workload.levels) if space is not None else ()
         except Exception:
-            self.level_count = None
+            self.levels = ()
+        self.level_count: int | None = len(self.levels) or None
+        self.engine: str | None = getattr(getattr(space, "spec", None), "engine", None)
 
         self.budget = 0
         self.already = 0
@@ -169,7 +237,9 @@ class Progress:
         with self._lock:
             self.current = number
             self.current_since = self.clock()
-            self.current_level = "starting"
+            self.current_level = (
+                f"starting the server, then C={self.levels[0]}" if self.levels else "starting the server"
+            )
         logger.debug(f"trial #{number} started")
         self._draw()
 
@@ -182,6 +252,9 @@ class Progress:
             m = metrics if isinstance(metrics, Mapping) else metrics.model_dump()
             of = f"/{self.level_count}" if self.level_count else ""
             text = f"level {level_index + 1}{of} C={m['concurrency']}: {m['output_tok_s']:.0f} tok/s"
+            if level_index + 1 < len(self.levels):
+                # The status line shows the level being measured now, not only the last one done.
+                text += f", measuring C={self.levels[level_index + 1]} (level {level_index + 2}{of})"
             with self._lock:
                 self.current_level = text
             logger.debug(f"trial #{number} {text}")
@@ -272,7 +345,9 @@ class Progress:
             duration = now - self.current_since
         else:
             duration = None
-        line = trial_line(rec, best, self.space)
+        with self._lock:
+            previous = self.best
+        line = trial_line(rec, best, self.space, previous=previous, engine=self.engine)
         with self._lock:
             self.done += 1
             if duration is not None:

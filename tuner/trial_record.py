@@ -69,6 +69,8 @@ STUDY_ENGINE = "engine"
 STUDY_WORKLOAD = "workload"
 #: The proxy workload trials are screened on (equal to the workload when there is none).
 STUDY_PROXY = "proxy"
+#: Where the study's numbers come from (simulated, emulated, real; see tuner.statement).
+STUDY_BACKEND = "measured_on"
 #: The space's systemd unit settings, with the interpreter (``python``).
 STUDY_UNIT = "unit"
 
@@ -242,6 +244,8 @@ class StudyInfo:
     proxy: dict[str, Any] | None
     #: systemd unit settings (description, user, working_directory, environment_file, python).
     unit: dict[str, Any]
+    #: Where the numbers come from (:func:`tuner.statement.backend_of`); None in older studies.
+    backend: dict[str, Any] | None = None
 
     @classmethod
     def of(cls, attrs: Mapping[str, Any]) -> StudyInfo:
@@ -254,6 +258,7 @@ class StudyInfo:
             workload=attrs.get(STUDY_WORKLOAD),
             proxy=attrs.get(STUDY_PROXY),
             unit=dict(attrs.get(STUDY_UNIT, {}) or {}),
+            backend=attrs.get(STUDY_BACKEND),
         )
 
 

@@ -12,6 +12,7 @@ COMMAND_MODULES = (
     "search",
     "best",
     "trials",
+    "space",
     "simulate",
     "calibration",
     "bench",

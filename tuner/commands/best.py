@@ -10,10 +10,11 @@ from pathlib import Path
 from tuner.commands._common import add_study_args
 from tuner.deployment import launch_spec, shell_text, unit_text
 from tuner.errors import UsageError
-from tuner.estimates import best_record
 from tuner.settings import load as load_settings
+from tuner.statement import UNITS, backend_text, workload_text
 from tuner.storage import load_study
 from tuner.trial_record import StudyInfo
+from tuner.verdict import verdict
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -22,7 +23,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="print the best configuration: systemd unit (default), shell command or JSON",
         description="The best feasible trial of a study, rendered as a complete systemd unit (ExecStart "
         "with the winning flags, one Environment= line per variable), a copy-pasteable shell command, "
-        "or JSON.",
+        "or JSON. The comment header (and the JSON) says what was measured on what (workload, "
+        "simulated/emulated/real backend, units), the winner's estimate with an interval from the "
+        "study's noise model, the launches it rests on, the runner-up and how far behind it is, and "
+        "the latency at the winning level (per-user tok/s, ITL p50, TTFT p99).",
     )
     add_study_args(p)
     p.add_argument("--format", choices=("systemd", "shell", "json"), default="systemd")
@@ -41,9 +45,10 @@ def run(args: argparse.Namespace) -> int:
         study = load_study(args.study, args.storage)
     except LookupError as exc:
         raise UsageError(str(exc)) from exc
-    rec = best_record(study)
-    if rec is None:
+    found = verdict(study)
+    if found is None:
         raise UsageError(f"study {study.study_name} has no feasible completed trial yet")
+    rec = found.winner
     info = StudyInfo.of(study.user_attrs)
     if args.format == "json":
         spec = launch_spec(rec, info)
@@ -65,14 +70,21 @@ def run(args: argparse.Namespace) -> int:
                 "levels": rec.levels,
                 "workload": info.workload,
                 "proxy": info.proxy,
+                "measured": {
+                    "workload": workload_text(info.workload),
+                    "backend": backend_text(info.backend, rec.backend),
+                    "units": UNITS,
+                },
+                "confidence": found.as_dict(),
             },
             indent=2,
         )
     elif args.format == "shell":
         text = shell_text(rec, info)
+
     else:
         python = args.python or info.unit.get("python") or load_settings().python
-        text = unit_text(study.study_name, rec, info, python=python)
+        text = unit_text(study.study_name, rec, info, python=python, notes=found.lines())
     if args.output:
         args.output.write_text(text if text.endswith("\n") else text + "\n")
         print(f"wrote {args.output}", file=sys.stderr)

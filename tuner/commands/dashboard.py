@@ -104,7 +104,7 @@ def run(args: argparse.Namespace) -> int:
         ) from exc
 
     from tuner import logging as tuner_logging
-    from tuner.annotate import default_artifact_dir
+    from tuner.annotate import annotate_study, default_artifact_dir
     from tuner.storage import load_study, redact_url, resolve_storage
 
     tuner_logging.ensure_setup()
@@ -129,11 +129,16 @@ def run(args: argparse.Namespace) -> int:
     except OSError as exc:
         raise UsageError(f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}") from exc
     port = server.server_address[1]
+    # The study's note says what was measured on what and how sure the winner is; written
+    # here too, so a study searched by an older version or interrupted has it.
+    annotate_study(study)
     print(
         f"optuna-dashboard for study {study.study_name} ({redact_url(url)}): "
         f"{dashboard_url(args.host, port, study_id)}",
         flush=True,
     )
+    note_url = f"{dashboard_url(args.host, port, study_id)}/note"
+    print(f"study note (workload, backend, the winner and its confidence): {note_url}", flush=True)
     have = "" if artifact_dir.is_dir() else " (none yet)"
     print(f"artifacts: {artifact_dir}{have}; Ctrl-C stops the server", flush=True)
     if not is_loopback(args.host):

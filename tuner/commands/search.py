@@ -8,25 +8,33 @@ import time
 from pathlib import Path
 
 import optuna
-from optuna.trial import FrozenTrial
+from optuna.trial import FrozenTrial, TrialState
 
 from tuner import logging as tuner_logging
 from tuner import trial_record
-from tuner.annotate import TrialAnnotator, default_artifact_dir
+from tuner.annotate import TrialAnnotator, annotate_study, default_artifact_dir
 from tuner.deployment import DEFAULT_ENGINE
 from tuner.errors import UsageError
-from tuner.estimates import best_record
-from tuner.measurers import DEFAULT_HEALTH_TIMEOUT_S, Interrupted, LauncherMeasurer, Measurer, SimMeasurer
+from tuner.measurers import (
+    DEFAULT_HEALTH_TIMEOUT_S,
+    SIM_STARTUP_S,
+    Interrupted,
+    LauncherMeasurer,
+    Measurer,
+    SimMeasurer,
+)
 from tuner.objectives import Objective
 from tuner.progress import Progress
 from tuner.settings import Settings
 from tuner.settings import load as load_settings
 from tuner.sim.serving import DEFAULT_NOISE
 from tuner.space import DEFAULT_SPACE, Space, load_space, resolve_space
+from tuner.statement import backend_of, speedup, statement_lines
 from tuner.storage import STUDIES_DIR, default_storage_url, redact_url
 from tuner.study import Search, default_study_name
 from tuner.transports.ssh import SshTransport
 from tuner.trial_record import StudyInfo
+from tuner.verdict import verdict
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -58,14 +66,28 @@ def register(sub: argparse._SubParsersAction) -> None:
         metavar="TOK_S",
         help="configurations below this single-stream tok/s are infeasible",
     )
+    p.add_argument(
+        "--ttft-ms",
+        type=float,
+        metavar="MS",
+        help="goodput objective: a request counts only if its time to first token is within MS "
+        f"(default {Objective.model_fields['ttft_s'].default * 1000:.0f}, i.e. 2 s)",
+    )
+    p.add_argument(
+        "--tpot-ms",
+        type=float,
+        metavar="MS",
+        help="goodput objective: a request counts only if its time per output token is within MS "
+        f"(default {Objective.model_fields['tpot_ms'].default:.0f})",
+    )
     p.add_argument("--seed", type=int, default=None, help="sampler (and simulator) seed")
     p.add_argument(
         "--backend",
         choices=("sim", "local", "ssh", "systemd"),
         default="sim",
         help="where trials run: sim (built-in simulator of the space's hardware, default), local "
-        "(the space's launch command as a child process), ssh (on --ssh-host), systemd (a unit "
-        "per trial, locally or on --ssh-host)",
+        "(the space's launch command as a child process), ssh (on the hosts of --hosts), systemd (a "
+        "unit per trial, locally or on the hosts of --hosts)",
     )
     p.add_argument(
         "--hosts",
@@ -84,6 +106,18 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=None,
         metavar="S",
         help=f"seconds a server gets to become healthy (default {DEFAULT_HEALTH_TIMEOUT_S:.0f})",
+    )
+    p.add_argument(
+        "--startup-s",
+        type=float,
+        metavar="S",
+        help="server start-up time for cost figures: the simulator's start-up and --dry-run's "
+        f"estimate (default {SIM_STARTUP_S:.0f}; a real backend measures its own)",
+    )
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the expected server time and GPU hours of the budget, then stop (launches nothing)",
     )
     p.add_argument("--unit-dir", metavar="DIR", help="systemd backend: where trial units are written")
     p.add_argument("--noise", type=float, default=DEFAULT_NOISE, help="simulator noise (sim backend)")
@@ -123,6 +157,14 @@ def make_objective(space: Space, args: argparse.Namespace) -> Objective:
         data["name"] = args.objective
     if args.min_single_stream is not None:
         data["min_single_stream"] = args.min_single_stream
+    for flag, key, value in (
+        ("--ttft-ms", "ttft_s", None if args.ttft_ms is None else args.ttft_ms / 1000.0),
+        ("--tpot-ms", "tpot_ms", args.tpot_ms),
+    ):
+        if value is not None:
+            if value <= 0:
+                raise UsageError(f"{flag} must be positive")
+            data[key] = value
     return Objective(**data)
 
 
@@ -135,7 +177,8 @@ def make_measurer(space: Space, args: argparse.Namespace, study_name: str, setti
                 f"{space.source}: engine {space.spec.engine!r} has no simulator; "
                 "run it on a real server with --backend local|ssh|systemd"
             )
-        return SimMeasurer(space.hardware, space.model, noise=args.noise)
+        startup = args.startup_s if args.startup_s is not None else SIM_STARTUP_S
+        return SimMeasurer(space.hardware, space.model, noise=args.noise, startup_s=startup)
     hosts = [h.strip() for h in args.hosts.split(",") if h.strip()] if args.hosts else settings.hosts
     if args.backend == "ssh" and not hosts:
         raise UsageError("--backend ssh needs --hosts (or TUNER_HOSTS / hosts in tuner.toml)")
@@ -162,6 +205,8 @@ def make_measurer(space: Space, args: argparse.Namespace, study_name: str, setti
 def run(args: argparse.Namespace) -> int:
     if args.budget < 1:
         raise UsageError("--budget must be at least 1")
+    if args.startup_s is not None and args.startup_s < 0:
+        raise UsageError("--startup-s must be >= 0")
     settings = load_settings()
     tuner_logging.setup(args.log_level or settings.log_level, args.log_file)
     space = load_space(resolve_space(args.space))
@@ -172,6 +217,23 @@ def run(args: argparse.Namespace) -> int:
     if workers < 1:
         raise UsageError("--workers must be at least 1")
     storage = args.storage or settings.storage_url() or default_storage_url(study_name)
+    hosts = [h.strip() for h in args.hosts.split(",") if h.strip()] if args.hosts else list(settings.hosts)
+    backend = backend_of(
+        args.backend,
+        hardware=space.hardware,
+        model=space.model,
+        command=space.launch.command,
+        hosts=hosts if args.backend in ("ssh", "systemd") else [],
+    )
+    if args.dry_run:
+        print(
+            f"study {study_name}: space {space.name}, objective {objective.name} (dry run: nothing launched)"
+        )
+        for line in statement_lines(space.workload, backend):
+            print(f"  {line}")
+        for line in cost_lines(space, args.budget, args.startup_s, backend):
+            print(line)
+        return 0
     extra_start: list[dict] = []
     if args.warm_start == "sim" and not space.engine.simulated:
         raise UsageError(f"--warm-start sim: engine {space.spec.engine!r} has no simulator")
@@ -208,11 +270,14 @@ def run(args: argparse.Namespace) -> int:
         on_start=progress.trial_started,
     )
     already = search.finished()
+    search.study.set_user_attr(trial_record.STUDY_BACKEND, backend)
     print(
         f"study {study_name} ({redact_url(storage)}): space {space.name}, objective {objective.name}, "
         f"backend {measurer.backend}, {workers} worker(s), {already} of {args.budget} trials finished",
         flush=True,
     )
+    for line in statement_lines(space.workload, backend):
+        print(f"  {line}", flush=True)
     started = time.monotonic()
     progress.start(args.budget, already)
     interrupted = False
@@ -223,6 +288,8 @@ def run(args: argparse.Namespace) -> int:
     finally:
         progress.close()
     summary(search.study, objective, time.monotonic() - started, study_name, args.storage)
+    if annotator is not None:
+        annotate_study(search.study, default_artifact_dir(storage, study_name))
     if interrupted:
         print(
             "interrupted: servers stopped, the running trial recorded as interrupted and queued again; "
@@ -233,30 +300,61 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _hours(seconds: float) -> str:
+    """Server time as a person reads it: seconds or minutes when short, hours otherwise."""
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 2 * 3600:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
 def summary(
     study: optuna.Study, objective: Objective, elapsed: float, study_name: str, storage: str | None
 ) -> None:
-    """The closing lines: trial counts by outcome, server time, the best and where its unit is."""
-    best = best_record(study)
+    """The closing lines: trial counts by outcome, server time, what was measured on what,
+    the best with its confidence, and where its unit is."""
+    info = StudyInfo.of(study.user_attrs)
     trials = study.get_trials(deepcopy=False)
+    finished = [t for t in trials if t.state.is_finished()]
     counts: dict[str, int] = {}
-    for t in trials:
+    for t in finished:
         o = trial_record.outcome(t)
+        o = "refused before launch" if o == "infeasible" else o
         counts[o] = counts.get(o, 0) + 1
-    server_s = sum(trial_record.server_s(t) for t in trials)
+    server_s = sum(trial_record.server_s(t) for t in finished)
+    k = speedup(info.backend)
+    if info.backend and info.backend.get("kind") == "simulated":
+        server = f"simulated server time {_hours(server_s)}"
+    elif k is not None and k != 1:
+        modelled = _hours(server_s * k)
+        server = f"server time {_hours(server_s)} (emulator at {k:g}x: ~{modelled} on the modelled host)"
+    else:
+        server = f"server time {_hours(server_s)}"
     print(
-        f"\n{len(trials)} trials ({', '.join(f'{v} {k}' for k, v in sorted(counts.items()))}); "
-        f"server time {server_s / 3600:.1f} h; this run {elapsed:.1f} s"
+        f"\n{len(finished)} trials ({', '.join(f'{v} {k}' for k, v in sorted(counts.items()))}); "
+        f"{server}; this run {elapsed:.1f} s"
     )
-    if best is None:
+    queued = sum(1 for t in trials if t.state == TrialState.WAITING)
+    if queued:
+        print(
+            f"({queued} queued configuration(s) not run: the budget ended first; a larger --budget runs them)"
+        )
+    for line in statement_lines(info.workload, info.backend):
+        print(f"  {line}")
+    found = verdict(study)
+    if found is None:
         print("no feasible configuration yet", file=sys.stderr)
         return
+    best = found.winner
     launches = (
         f" (mean of {len(best.runs)} launches: " + ", ".join(f"#{n}" for n in best.runs) + ")"
         if len(best.runs) > 1
         else ""
     )
     print(f"best: trial #{best.number}, {objective.name} = {best.mean:.1f} tok/s{launches}")
+    for line in found.lines():
+        print(f"  {line}")
     if best.fidelity == "proxy":
         print("  measured on the screening proxy only: not confirmed on the target workload yet")
     elif best.target_runs and len(best.target_runs) < len(best.runs):
@@ -267,5 +365,36 @@ def summary(
     if best.env:
         print("  env:   " + " ".join(f"{k}={v}" for k, v in best.env.items()))
     where = f" --study {study_name}" + (f" --storage '{redact_url(storage)}'" if storage else "")
-    engine = StudyInfo.of(study.user_attrs).engine or DEFAULT_ENGINE
+    engine = info.engine or DEFAULT_ENGINE
     print(f"unit file: tuner best{where} > {engine}.service")
+
+
+def cost_lines(space: Space, budget: int, startup_s: float | None, backend: dict) -> list[str]:
+    """What a budget costs before anything runs: start-up plus one full sweep per trial
+    (the sweep timed by the simulator on the space's first start configuration), in server
+    hours and GPU hours. An upper bound: pruned trials stop early, refused ones cost nothing."""
+    startup = SIM_STARTUP_S if startup_s is None else startup_s
+    sweep_s: float | None = None
+    if space.engine.simulated:
+        points = space.start_points() or [space.complete({})]
+        try:
+            spec = space.render(points[0])
+            m = SimMeasurer(space.hardware, space.model, noise=0.0, startup_s=0.0).measure(
+                spec, space.workload, Objective(), trial_label="dry-run", seed=0, on_level=lambda *a: True
+            )
+            sweep_s = m.server_s if m.status == "ok" else None
+        except Exception:  # a start configuration the simulator refuses: no sweep estimate
+            sweep_s = None
+    k = speedup(backend)
+    if sweep_s is not None and k:
+        sweep_s /= k
+    per_trial = startup + (sweep_s or 0.0)
+    total = budget * per_trial
+    gpus = space.gpu_count
+    sweep = f"sweep ~{sweep_s:.0f} s (simulated)" if sweep_s is not None else "sweep time unknown"
+    return [
+        f"expected cost of --budget {budget}: {budget} x (start-up {startup:.0f} s + {sweep}) "
+        f"= {total / 3600:.1f} h of server time = {total * gpus / 3600:.1f} GPU hours on {gpus} GPUs",
+        "  (an upper bound: pruned trials stop early, refused and reused ones launch nothing; "
+        "--startup-s S sets the start-up time)",
+    ]

@@ -5,19 +5,24 @@ itself with it, so it can be mailed, attached to a ticket or opened on a machine
 no network. What it shows, all from the trials' user attributes (the study's whole
 state, see :mod:`tuner.trial_record`):
 
-* a summary of the study and the winning command;
+* a summary: what was measured on what (workload, simulated/emulated/real backend,
+  units), the winner with its confidence, and the winning command, wrapped and copyable;
+* latency (TTFT p99, ITL p50) against concurrency of the top configurations;
 * the top configurations (distinct configurations; reused trials are copies) with
   what each changes relative to the winner;
 * optimization history: the objective per trial, the best so far, pruned trials at the
-  last level they reached, refused/failed trials at zero;
+  objective they had measured when cut (or at zero when cut before it), refused/failed
+  trials at zero;
 * parameter importances (PED-ANOVA, Optuna's default evaluator: deterministic, and it
   handles the conditional parameters of a space; the seeded fANOVA evaluator needs
-  scikit-learn) over the measured feasible configurations, or a sentence saying why
-  there are too few;
-* intermediate values: each trial's value at each level, and where pruning cut;
+  scikit-learn) over the measured feasible configurations and the pruned trials (by
+  what they measured), or a sentence saying why there are too few;
+* intermediate values: one panel (and axis) per level, and where pruning cut;
 * single-stream versus peak (the Pareto front), labelled by layout, which is where the
   TP-versus-EP trade-off shows: TP layouts win at one stream, EP layouts at peak;
-* tok/s against concurrency for the top five configurations;
+* tok/s against concurrency for the top five configurations (a simulated study: each
+  swept by the simulator over the reference levels, so it is a curve), and TTFT p99 / ITL
+  p50 against concurrency;
 * failures by class, with counts and reasons.
 
 ``render_markdown`` gives the tables alone, for a pull request or a chat.

@@ -13,9 +13,11 @@ from typing import Any
 
 import optuna
 
-from tuner import estimates
+from tuner import estimates, trial_record
 from tuner.estimates import Estimate
 from tuner.trial_record import StudyInfo, TrialRecord
+from tuner.verdict import Verdict, verdict
+from tuner.wording import fmt_value
 
 #: Configurations in the top table, and curves in the concurrency figure.
 TOP_N = 10
@@ -29,7 +31,11 @@ FIGURES = (
     ("intermediate", "Intermediate values (per level) and where pruning cut"),
     ("pareto", "Single-stream vs peak: the Pareto front"),
     ("curves", "Throughput vs concurrency, top configurations"),
+    ("latency", "Latency vs concurrency: TTFT and ITL, top configurations"),
 )
+#: Levels of the throughput and latency curves of a simulated study's top configurations
+#: (the reference campaign's sweep, plus the study's own levels).
+CURVE_LEVELS = (1, 8, 16, 32, 64, 128, 192, 256)
 
 
 # --------------------------------------------------------------------------- the data
@@ -92,6 +98,13 @@ class ReportData:
     generated: str
     #: Every launch of each feasible configuration, by config_key (see tuner.estimates).
     estimates: dict[str, Estimate] = field(default_factory=dict)
+    #: The study's own attributes (workload, backend).
+    info: StudyInfo | None = None
+    #: The winner and how sure that is (see tuner.verdict).
+    verdict: Verdict | None = None
+    #: Simulated sweeps over :data:`CURVE_LEVELS` of the top configurations, by trial number
+    #: (simulated studies only: a real study's curve is what it measured).
+    curves: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
 
     @classmethod
     def of(cls, study: optuna.Study) -> ReportData:
@@ -101,7 +114,7 @@ class ReportData:
         ev = estimates.evidence(frozen)
         leader = ev.leader()
         best = next((t for t in trials if leader and t.number == leader.trial.number), None)
-        return cls(
+        data = cls(
             study_name=study.study_name,
             objective=info.objective,
             multi=len(study.directions) > 1,
@@ -112,7 +125,11 @@ class ReportData:
             best=best,
             generated=datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
             estimates={e.key: e for e in ev.estimates},
+            info=info,
+            verdict=verdict(study),
         )
+        data.curves = simulated_curves(data)
+        return data
 
     def launches(self, t: TrialRecord) -> Estimate | None:
         """All launches of ``t``'s configuration (None if it never met its constraints)."""
@@ -149,14 +166,6 @@ def param_differences(params: Mapping[str, Any], winner: Mapping[str, Any]) -> l
     return [(k, params.get(k), winner.get(k)) for k in names if params.get(k) != winner.get(k)]
 
 
-def _fmt_param(v: Any) -> str:
-    if v is None:
-        return "-"
-    if isinstance(v, float):
-        return f"{v:.4g}"
-    return str(v)
-
-
 def differences_text(t: TrialRecord, winner: TrialRecord | None) -> str:
     if winner is None:
         return ""
@@ -165,12 +174,51 @@ def differences_text(t: TrialRecord, winner: TrialRecord | None) -> str:
     diffs = param_differences(t.params, winner.params)
     if not diffs:
         return "(same parameters)"
-    return ", ".join(f"{k}={_fmt_param(v)} (winner {_fmt_param(w)})" for k, v, w in diffs)
+    return ", ".join(f"{k}={fmt_value(v)} (winner {fmt_value(w)})" for k, v, w in diffs)
+
+
+def simulated_curves(data: ReportData, n: int = CURVES_N) -> dict[int, list[dict[str, Any]]]:
+    """The top ``n`` configurations of a simulated study swept by the simulator over
+    :data:`CURVE_LEVELS` (noise off), so the throughput and latency figures show curves, not
+    a line between the few levels the search measured. Empty for other studies."""
+    backend = data.info.backend if data.info is not None else None
+    if not backend or backend.get("kind") != "simulated" or not backend.get("hardware_id"):
+        return {}
+    from tuner.deployment import launch_spec
+    from tuner.measurers import SimMeasurer
+    from tuner.objectives import Objective
+    from tuner.workload import Workload
+
+    try:
+        base = Workload(**(data.info.workload or {}))  # type: ignore[union-attr]
+        workload = base.model_copy(update={"levels": tuple(sorted({*CURVE_LEVELS, *base.levels}))})
+        sim = SimMeasurer(backend["hardware_id"], backend["model_id"], noise=0.0, startup_s=0.0)
+    except Exception:  # an edited profile or workload: the measured points remain
+        return {}
+    out: dict[int, list[dict[str, Any]]] = {}
+    for t in data.configs()[:n]:
+        try:
+            m = sim.measure(
+                launch_spec(t, data.info),  # type: ignore[arg-type]
+                workload,
+                Objective(),
+                trial_label="report",
+                seed=0,
+                on_level=lambda *a: True,
+            )
+        except Exception:
+            continue
+        if m.status == "ok":
+            out[t.number] = [lv.model_dump() for lv in m.levels]
+    return out
 
 
 def importances(data: ReportData) -> tuple[dict[str, float], str]:
-    """Parameter importances over the measured feasible configurations, and a sentence
-    on what they are based on (or why there are none)."""
+    """Parameter importances over the measured feasible configurations and the pruned
+    trials (by what they measured: their partial value, a lower bound of the objective,
+    or, where they were cut before the objective's levels, the lowest measured value scaled
+    by their single stream's ratio to the median), and a sentence on what they are based on (or why there
+    are none). Leaving pruned trials out would hide the settings that cripple a server."""
     configs = data.configs()
     if len(configs) < MIN_IMPORTANCE_CONFIGS:
         return {}, (
@@ -178,6 +226,9 @@ def importances(data: ReportData) -> tuple[dict[str, float], str]:
             f"(at least {MIN_IMPORTANCE_CONFIGS} needed)."
         )
     study = optuna.create_study(direction="maximize")
+    measured = [t.final_value for t in configs if t.final_value is not None and math.isfinite(t.final_value)]
+    floor = min(measured, default=0.0)
+    pruned = 0
     for t in configs:
         value = t.final_value
         if value is None or not math.isfinite(value):
@@ -185,6 +236,23 @@ def importances(data: ReportData) -> tuple[dict[str, float], str]:
         study.add_trial(
             optuna.trial.create_trial(params=t.params, distributions=t.distributions, value=value)
         )
+    singles = sorted(t.single for t in configs if t.single)
+    median_single = singles[len(singles) // 2] if singles else None
+    for t in data.trials:
+        if t.outcome != "pruned" or t.reused_from is not None or not t.distributions:
+            continue
+        partial = t.attrs.get(trial_record.PARTIAL_VALUE)
+        if partial is not None:
+            value = float(partial)
+        elif t.single and median_single:
+            # Cut before the objective's levels: the lowest measured value, scaled by how far
+            # its single stream fell below the measured configurations' median.
+            value = floor * min(1.0, t.single / median_single)
+        else:
+            continue
+        trial = optuna.trial.create_trial(params=t.params, distributions=t.distributions, value=value)
+        study.add_trial(trial)
+        pruned += 1
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -194,10 +262,11 @@ def importances(data: ReportData) -> tuple[dict[str, float], str]:
     except Exception as exc:  # too little variation, a distribution it cannot read...
         return {}, f"Parameter importances could not be computed: {exc}"
     what = "peak tok/s" if data.multi else f"the {data.objective} objective"
-    return dict(result), (
-        f"PED-ANOVA importances of {what} over {len(configs)} measured feasible configurations"
-        + (" (few: read as a hint)." if len(configs) < 10 else ".")
+    counted = f"{len(configs)} measured feasible configurations" + (
+        f" and {pruned} pruned trials (by what they measured)" if pruned else ""
     )
+    hint = " (few: read as a hint)." if len(configs) < 10 else "."
+    return dict(result), f"PED-ANOVA importances of {what} over {counted}{hint}"
 
 
 def failure_rows(data: ReportData) -> list[tuple[str, list[int], list[tuple[str, int]]]]:

@@ -6,13 +6,15 @@ from collections import defaultdict
 from collections.abc import Mapping
 from typing import Any
 
-from tuner.report.data import CURVES_N, ReportData, importances, layout_label, pareto_front
+from tuner import trial_record
+from tuner.report.data import CURVE_LEVELS, CURVES_N, ReportData, importances, layout_label, pareto_front
 from tuner.report.tables import _num
 from tuner.trial_record import TrialRecord
 
 # --------------------------------------------------------------------------- figures
 
 _COLORS = {
+    "pruned_early": "#f4a6a6",
     "complete": "#1f77b4",
     "reused": "#9ecae1",
     "violated": "#ff7f0e",
@@ -44,10 +46,22 @@ def history_figure(data: ReportData) -> Any:
             kind = "violated" if t.violations else t.outcome
             groups[kind].append((t.number, value, f"#{t.number} {layout_label(t.argv)}: {value:.0f} tok/s"))
         elif t.outcome == "pruned" and t.intermediate:
+            # On the objective's axis only what measures the objective: the partial value (a
+            # lower bound); a trial cut before those levels sits on the floor with the refused.
             step, v = list(t.intermediate.items())[-1]
-            groups["pruned"].append(
-                (t.number, v, f"#{t.number} pruned after level {step + 1}: {v:.0f} tok/s")
-            )
+            partial = t.attrs.get(trial_record.PARTIAL_VALUE)
+            if partial is not None:
+                groups["pruned"].append(
+                    (
+                        t.number,
+                        float(partial),
+                        f"#{t.number} pruned after level {step + 1}: at least {partial:.0f}",
+                    )
+                )
+            else:
+                groups["pruned_early"].append(
+                    (t.number, 0.0, f"#{t.number} pruned at level {step + 1} ({v:.0f} tok/s there)")
+                )
         elif t.state in ("COMPLETE", "FAIL", "PRUNED"):
             groups["refused"].append(
                 (t.number, 0.0, f"#{t.number} {t.outcome if t.reason is None else t.reason}"[:120])
@@ -56,10 +70,11 @@ def history_figure(data: ReportData) -> Any:
         "complete": "measured",
         "reused": "reused (copy)",
         "violated": "violates constraints",
-        "pruned": "pruned (value at its last level)",
-        "refused": "infeasible / failed (0)",
+        "pruned": "pruned (the objective so far: a lower bound)",
+        "pruned_early": "pruned before the objective was measured (at 0)",
+        "refused": "refused / failed: nothing measured (at 0)",
     }
-    symbols = {"pruned": "x", "refused": "x-thin-open", "reused": "circle-open"}
+    symbols = {"pruned": "x", "pruned_early": "x", "refused": "x-thin-open", "reused": "circle-open"}
     for kind, pts in groups.items():
         fig.add_trace(
             go.Scatter(
@@ -98,44 +113,53 @@ def importance_figure(imp: Mapping[str, float]) -> Any:
 
 
 def intermediate_figure(data: ReportData) -> Any:
+    """One panel per level, each with its own axis (C=1 tok/s and peak tok/s differ by 30x):
+    the value every trial reported there, pruned trials marked where they were cut."""
     import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
 
     names = _level_names(data)
-    fig = go.Figure()
-    shown: set[str] = set()
-    for t in data.trials:
-        if not t.intermediate or t.outcome == "reused":
-            continue
-        kind = "pruned" if t.outcome == "pruned" else "complete"
-        steps = list(t.intermediate)
-        values = list(t.intermediate.values())
-        symbols = ["circle"] * len(steps)
-        if kind == "pruned":
-            symbols[-1] = "x"
-        fig.add_trace(
-            go.Scatter(
-                x=steps,
-                y=values,
-                mode="lines+markers",
-                name="pruned (x: where it was cut)" if kind == "pruned" else "measured all levels",
-                legendgroup=kind,
-                showlegend=kind not in shown,
-                line={"color": _COLORS[kind], "width": 1},
-                marker={"symbol": symbols, "size": [7] * (len(steps) - 1) + [11]},
-                text=[f"#{t.number} {layout_label(t.argv)}" for _ in steps],
-                hovertemplate="%{text}: %{y:.0f} tok/s<extra></extra>",
-            )
-        )
-        shown.add(kind)
-    fig.update_layout(
-        **_LAYOUT,
-        xaxis={
-            "title": "level",
-            "tickvals": list(names),
-            "ticktext": [f"C={c}" for c in names.values()],
-        },
-        yaxis_title="value reported at the level (tok/s)",
+    fig = make_subplots(
+        rows=1, cols=max(1, len(names)), subplot_titles=[f"C={c}" for c in names.values()] or None
     )
+    shown: set[str] = set()
+    for step in names:
+        for kind in ("complete", "pruned"):
+            pts = [
+                t
+                for t in data.trials
+                if step in t.intermediate
+                and t.outcome != "reused"
+                and (t.outcome == "pruned") == (kind == "pruned")
+            ]
+            if not pts:
+                continue
+            cut = [kind == "pruned" and max(t.intermediate) == step for t in pts]
+            fig.add_trace(
+                go.Scatter(
+                    x=[t.number for t in pts],
+                    y=[t.intermediate[step] for t in pts],
+                    mode="markers",
+                    name="pruned (x: the level where it was cut)"
+                    if kind == "pruned"
+                    else "measured all levels",
+                    legendgroup=kind,
+                    showlegend=kind not in shown,
+                    marker={
+                        "color": _COLORS[kind],
+                        "symbol": ["x" if c else "circle" for c in cut],
+                        "size": [11 if c else 7 for c in cut],
+                    },
+                    text=[f"#{t.number} {layout_label(t.argv)}" for t in pts],
+                    hovertemplate="%{text}: %{y:.0f} tok/s<extra></extra>",
+                ),
+                row=1,
+                col=step + 1,
+            )
+            shown.add(kind)
+        fig.update_xaxes(title_text="trial", row=1, col=step + 1)
+        fig.update_yaxes(title_text="tok/s" if step == 0 else None, rangemode="tozero", row=1, col=step + 1)
+    fig.update_layout(**{**_LAYOUT, "margin": {**_LAYOUT["margin"], "t": 60}})
     return fig
 
 
@@ -192,28 +216,90 @@ def pareto_figure(data: ReportData) -> Any:
     return fig
 
 
+def _curve(data: ReportData, t: TrialRecord) -> tuple[list[dict[str, Any]], bool]:
+    """The levels to draw for ``t``: the simulated sweep where there is one, else the measured ones."""
+    if t.number in data.curves:
+        return data.curves[t.number], True
+    return sorted(t.levels, key=lambda lv: lv["concurrency"]), False
+
+
+def _log_c_axis(cs: set[int]) -> dict[str, Any]:
+    ticks = sorted(cs)
+    return {"type": "log", "tickvals": ticks, "ticktext": [str(c) for c in ticks]}
+
+
 def curves_figure(data: ReportData) -> Any:
     import plotly.graph_objects as go
 
     fig = go.Figure()
     cs: set[int] = set()
-    for t in data.configs()[:CURVES_N]:
-        lv = sorted(t.levels, key=lambda lv: lv["concurrency"])
+    palette = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b")
+    for i, t in enumerate(data.configs()[:CURVES_N]):
+        color = palette[i % len(palette)]
+        name = f"#{t.number} {layout_label(t.argv)} ({_num(t.final_value, '.0f')})"
+        lv, simulated = _curve(data, t)
         cs.update(x["concurrency"] for x in lv)
         fig.add_trace(
             go.Scatter(
                 x=[x["concurrency"] for x in lv],
                 y=[x["output_tok_s"] for x in lv],
-                mode="lines+markers",
-                name=f"#{t.number} {layout_label(t.argv)} ({_num(t.final_value, '.0f')})",
+                mode="lines+markers" if not simulated else "lines",
+                name=name + (" simulated sweep" if simulated else ""),
+                legendgroup=name,
+                line={"color": color, "dash": "dot" if simulated else "solid"},
             )
         )
-    ticks = sorted(cs)
+        if simulated:  # the search's own measurements on the curve
+            fig.add_trace(
+                go.Scatter(
+                    x=[x["concurrency"] for x in t.levels],
+                    y=[x["output_tok_s"] for x in t.levels],
+                    mode="markers",
+                    name=name + " measured",
+                    legendgroup=name,
+                    showlegend=False,
+                    marker={"color": color, "size": 9},
+                )
+            )
     fig.update_layout(
         **_LAYOUT,
-        xaxis={"title": "concurrency", "type": "log", "tickvals": ticks, "ticktext": [str(c) for c in ticks]},
+        xaxis={"title": "concurrency", **_log_c_axis(cs)},
         yaxis_title="aggregate output tok/s",
     )
+    return fig
+
+
+def latency_figure(data: ReportData) -> Any:
+    """TTFT p99 and ITL p50 against concurrency for the top configurations (two panels)."""
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    fig = make_subplots(rows=1, cols=2, subplot_titles=["TTFT p99 (s)", "ITL p50 (ms)"])
+    palette = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b")
+    cs: set[int] = set()
+    for i, t in enumerate(data.configs()[:CURVES_N]):
+        lv, simulated = _curve(data, t)
+        name = f"#{t.number} {layout_label(t.argv)}" + (" (simulated sweep)" if simulated else "")
+        for col, key in ((1, "ttft_s_p99"), (2, "itl_ms_p50")):
+            pts = [x for x in lv if x.get(key) is not None]
+            cs.update(x["concurrency"] for x in pts)
+            fig.add_trace(
+                go.Scatter(
+                    x=[x["concurrency"] for x in pts],
+                    y=[x[key] for x in pts],
+                    mode="lines+markers",
+                    name=name,
+                    legendgroup=name,
+                    showlegend=col == 1,
+                    line={"color": palette[i % len(palette)], "dash": "dot" if simulated else "solid"},
+                ),
+                row=1,
+                col=col,
+            )
+    for col in (1, 2):
+        fig.update_xaxes(title_text="concurrency", **_log_c_axis(cs), row=1, col=col)
+        fig.update_yaxes(rangemode="tozero", row=1, col=col)
+    fig.update_layout(**{**_LAYOUT, "margin": {**_LAYOUT["margin"], "t": 60}})
     return fig
 
 
@@ -223,7 +309,8 @@ def figures(data: ReportData) -> dict[str, tuple[Any | None, str]]:
     measured = data.configs()
     out["history"] = (
         history_figure(data) if data.trials else None,
-        "Objective per trial (pareto studies: peak) and the best feasible so far."
+        "Objective per trial (pareto studies: peak) and the best feasible so far; a pruned trial at the "
+        "objective it had measured when cut (a lower bound), or at 0 when cut before."
         if data.trials
         else "No trials yet.",
     )
@@ -232,7 +319,8 @@ def figures(data: ReportData) -> dict[str, tuple[Any | None, str]]:
     if any(t.intermediate for t in data.trials):
         out["intermediate"] = (
             intermediate_figure(data),
-            "The value each trial reported after each level; a pruned trial's line ends where it was cut.",
+            "The value each trial reported at each level, one panel (and axis) per level; x marks the level "
+            "where a pruned trial was cut.",
         )
     else:
         out["intermediate"] = (
@@ -249,9 +337,24 @@ def figures(data: ReportData) -> dict[str, tuple[Any | None, str]]:
         if pareto_pts
         else "No configuration measured at C=1 and above.",
     )
+    top = min(CURVES_N, len(measured))
+    swept = (
+        f" Dotted lines: each configuration swept by the simulator over C={','.join(map(str, CURVE_LEVELS))} "
+        "(the study is simulated); dots: what the search measured."
+        if data.curves
+        else " Lines join the levels the search measured; a workload with more levels draws a fuller curve."
+    )
     out["curves"] = (
         curves_figure(data) if measured else None,
-        f"Aggregate tok/s at each level of the top {min(CURVES_N, len(measured))} distinct configurations."
+        f"Aggregate tok/s at each level of the top {top} distinct configurations.{swept}"
+        if measured
+        else "No feasible measured configuration yet.",
+    )
+    has_latency = any(lv.get("ttft_s_p99") is not None for t in measured[:CURVES_N] for lv in t.levels)
+    out["latency"] = (
+        latency_figure(data) if measured and (has_latency or data.curves) else None,
+        f"What one user waits for at each level, top {top} configurations: time to first token (p99) and "
+        f"inter-token latency (p50).{swept}"
         if measured
         else "No feasible measured configuration yet.",
     )

@@ -19,7 +19,7 @@ h1 { font-size: 1.6rem; } h2 { font-size: 1.25rem; margin-top: 2.2rem; border-bo
 table { border-collapse: collapse; margin: .6rem 0; font-size: .9rem; }
 th, td { border: 1px solid #ddd; padding: .25rem .5rem; text-align: left; vertical-align: top; }
 th { background: #f5f5f5; } td.num { text-align: right; font-variant-numeric: tabular-nums; }
-pre { background: #f6f8fa; padding: .7rem; overflow-x: auto; font-size: .85rem; }
+pre { background: #f6f8fa; padding: .7rem; overflow-x: auto; font-size: .85rem; white-space: pre-wrap; }
 p.caption { color: #555; font-size: .9rem; } nav a { margin-right: 1rem; }
 """
 
@@ -76,7 +76,10 @@ def render_html(data: ReportData) -> str:
     ]
     if data.best is not None:
         parts.append(
-            f"<p>Winning command (trial #{data.best.number}):</p><pre>{e(_command(data.best))}</pre>"
+            f"<p>Winning command (trial #{data.best.number}) "
+            '<button type="button" id="copy-command" onclick="navigator.clipboard.writeText('
+            "document.getElementById('winning-command').innerText)\">copy</button></p>"
+            f'<pre id="winning-command">{e(_command(data.best, data.info))}</pre>'
         )
     parts.append('<h2 id="top">Top configurations</h2>')
     rows = top_rows(data)

@@ -7,6 +7,7 @@ import math
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from tuner.deployment import shell_text
 from tuner.report.data import (
     CURVES_N,
     TOP_N,
@@ -17,7 +18,8 @@ from tuner.report.data import (
     importances,
     layout_label,
 )
-from tuner.trial_record import TrialRecord
+from tuner.statement import is_simulated, statement_lines
+from tuner.trial_record import StudyInfo, TrialRecord
 
 # --------------------------------------------------------------------------- tables
 
@@ -25,12 +27,21 @@ from tuner.trial_record import TrialRecord
 def summary_rows(data: ReportData) -> list[tuple[str, str]]:
     counts = data.outcome_counts()
     server_s = sum(float(t.server_s or 0.0) for t in data.trials)
+    info = data.info
+    backend = info.backend if info is not None else None
+    fallback = next((t.backend for t in data.trials if t.backend), None)
+    statement = [
+        tuple(line.split(": ", 1))
+        for line in statement_lines(info.workload if info else None, backend, fallback_backend=fallback)
+    ]
+    simulated = is_simulated(backend, fallback)
     rows = [
         ("study", data.study_name),
         ("space", data.space),
+        *statement,
         ("objective", data.objective + (" (single-stream and peak)" if data.multi else "")),
         ("trials", f"{len(data.trials)}: " + ", ".join(f"{v} {k}" for k, v in counts.items())),
-        ("server time", f"{server_s / 3600:.1f} h"),
+        ("simulated server time" if simulated else "server time", f"{server_s / 3600:.1f} h"),
     ]
     b = data.best
     if b is not None:
@@ -46,6 +57,8 @@ def summary_rows(data: ReportData) -> list[tuple[str, str]]:
                 f"trial #{b.number} ({layout_label(b.argv)}): peak {peak}, single-stream {single}{runs}",
             )
         )
+        if data.verdict is not None:
+            rows.append(("confidence", "; ".join(data.verdict.lines())))
     else:
         rows.append(("winner", "no feasible completed trial"))
     rows.append(("generated", data.generated))
@@ -112,7 +125,7 @@ def render_markdown(data: ReportData) -> str:
     out = [f"## tuner report: {data.study_name}", ""]
     out += md_table(("", ""), summary_rows(data))
     if data.best is not None:
-        out += ["", "Winning command:", "", "```", _command(data.best), "```"]
+        out += ["", "Winning command:", "", "```sh", _command(data.best, data.info), "```"]
     out += ["", "### Top configurations", ""]
     rows = top_rows(data)
     out += md_table(TOP_HEADER, rows) if rows else ["No feasible measured configuration yet."]
@@ -136,6 +149,6 @@ def render_markdown(data: ReportData) -> str:
     return "\n".join(out) + "\n"
 
 
-def _command(t: TrialRecord) -> str:
-    env = " ".join(f"{k}={v}" for k, v in t.env.items())
-    return (env + " " if env else "") + " ".join(t.argv)
+def _command(t: TrialRecord, info: StudyInfo | None = None) -> str:
+    """The winning command as a shell command, one flag per line (copyable as is)."""
+    return shell_text(t, info or StudyInfo.of({}))

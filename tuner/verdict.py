@@ -1,0 +1,143 @@
+"""How sure a study is of its winner: the estimate with an interval, the launches it rests
+on, the runner-up and the gap, and what a user of the winning level experiences.
+
+Two configurations 0.2% apart on one launch each under ~2% run-to-run noise are not told
+apart; saying so is part of the answer. The interval is the estimate plus and minus
+:data:`tuner.estimates.CONFIDENCE_Z` standard errors of the study's noise model
+(:func:`tuner.estimates.evidence`), the same bounds the study ranks configurations by.
+``tuner best``, the search summary and the report print this one verdict.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import optuna
+
+from tuner import estimates
+from tuner.estimates import CONFIDENCE_Z
+from tuner.trial_record import TrialRecord
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The winner of a study and how sure that is."""
+
+    winner: TrialRecord
+    estimate: float
+    low: float
+    high: float
+    #: Relative run-to-run standard deviation of one launch (the study's noise model).
+    noise: float
+    runner_up: TrialRecord | None = None
+    runner_up_estimate: float | None = None
+    #: Whether the runner-up's interval reaches the winner's: the two are not told apart.
+    within_noise: bool = False
+
+    @property
+    def launches(self) -> int:
+        return len(self.winner.runs)
+
+    @property
+    def gap(self) -> float | None:
+        """How far the runner-up's estimate is below the winner's, as a fraction."""
+        if self.runner_up_estimate is None or not self.estimate:
+            return None
+        return 1.0 - self.runner_up_estimate / self.estimate
+
+    def winning_level(self) -> dict[str, Any] | None:
+        """The measured level of the winner's peak (its highest tok/s)."""
+        levels = [lv for lv in self.winner.levels if lv.get("output_tok_s") is not None]
+        return max(levels, key=lambda lv: lv["output_tok_s"]) if levels else None
+
+    def latency(self) -> dict[str, Any]:
+        """What one user sees at the winning level: per-user tok/s, ITL p50, TTFT p99."""
+        lv = self.winning_level()
+        if lv is None:
+            return {}
+        per_user = lv.get("per_stream_tok_s")
+        if per_user is None and lv.get("concurrency"):
+            per_user = lv["output_tok_s"] / lv["concurrency"]
+        return {
+            "concurrency": lv.get("concurrency"),
+            "per_user_tok_s": per_user,
+            "itl_ms_p50": lv.get("itl_ms_p50"),
+            "ttft_s_p99": lv.get("ttft_s_p99"),
+        }
+
+    def lines(self, unit: str = "tok/s") -> list[str]:
+        """The verdict in a few lines of plain text."""
+        w = self.winner
+        runs = ", ".join(f"#{n}" for n in w.runs)
+        launches = f"{self.launches} launch" + ("es" if self.launches != 1 else "")
+        out = [
+            f"estimate {self.estimate:.0f} {unit} (interval {self.low:.0f}..{self.high:.0f}, "
+            f"+-{CONFIDENCE_Z:g} standard error at {self.noise * 100:.1f}% run-to-run noise); "
+            f"rests on {launches} ({runs})"
+        ]
+        if self.runner_up is not None and self.gap is not None:
+            verdict = (
+                "within the noise: not told apart, either is a sound choice"
+                if self.within_noise
+                else "outside the noise"
+            )
+            out.append(
+                f"runner-up: trial #{self.runner_up.number}, estimate {self.runner_up_estimate:.0f} {unit}, "
+                f"{self.gap * 100:.1f}% below ({verdict})"
+            )
+        else:
+            out.append("runner-up: none (one configuration measured)")
+        lat = self.latency()
+        if lat:
+            parts = [f"at C={lat['concurrency']}:"]
+            if lat.get("per_user_tok_s") is not None:
+                parts.append(f"{lat['per_user_tok_s']:.1f} tok/s per user")
+            if lat.get("itl_ms_p50") is not None:
+                parts.append(f"ITL p50 {lat['itl_ms_p50']:.0f} ms")
+            if lat.get("ttft_s_p99") is not None:
+                parts.append(f"TTFT p99 {lat['ttft_s_p99']:.2f} s")
+            out.append(" ".join(parts[:1]) + " " + ", ".join(parts[1:]))
+        return out
+
+    def as_dict(self) -> dict[str, Any]:
+        """The same facts for ``--format json``."""
+        return {
+            "estimate": self.estimate,
+            "interval": [self.low, self.high],
+            "interval_z": CONFIDENCE_Z,
+            "noise": self.noise,
+            "launches": self.launches,
+            "runs": list(self.winner.runs),
+            "runner_up": None
+            if self.runner_up is None
+            else {
+                "trial": self.runner_up.number,
+                "estimate": self.runner_up_estimate,
+                "gap": self.gap,
+                "within_noise": self.within_noise,
+            },
+            "at_winning_level": self.latency(),
+        }
+
+
+def verdict(study: optuna.Study) -> Verdict | None:
+    """The study's winner (as :func:`tuner.estimates.best_record` picks it) and how sure that is;
+    None when nothing feasible was measured."""
+    trials = study.get_trials(deepcopy=False)
+    ev = estimates.evidence(trials)
+    lead = ev.recommended()
+    if lead is None:
+        return None
+    others = [e for e in ev.estimates if e.key != lead.key]
+    runner = estimates.leader(others, ev.noise) if others else None
+    return Verdict(
+        winner=estimates.record(lead, trials),
+        estimate=lead.value,
+        low=lead.score(ev.noise),
+        high=lead.upper(ev.noise),
+        noise=ev.noise,
+        runner_up=estimates.record(runner, trials) if runner is not None else None,
+        runner_up_estimate=runner.value if runner is not None else None,
+        within_noise=runner is not None and runner.upper(ev.noise) >= lead.score(ev.noise),
+    )
