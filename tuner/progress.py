@@ -36,6 +36,7 @@ import optuna
 from loguru import logger
 from optuna.trial import FrozenTrial
 
+from tuner import fidelity
 from tuner import logging as tuner_logging
 from tuner.estimates import best_record
 from tuner.trial_record import TrialRecord
@@ -113,7 +114,10 @@ def best_change(
     if previous is None or previous.mean is None:
         return "first best" if best.number == rec.number else ""
     notes = []
-    if best.number != previous.number and (best.number == rec.number or rec.number in best.runs):
+    if best.number != previous.number and best.config_key == previous.config_key:
+        # The same configuration, now shown by its first launch on the whole target workload.
+        notes.append(f"best confirmed on the target workload: #{previous.number}'s configuration")
+    elif best.number != previous.number and (best.number == rec.number or rec.number in best.runs):
         changes = _differences(space, best.params, previous.params)
         gain = (best.mean / previous.mean - 1.0) * 100 if previous.mean else 0.0
         what = changes_text(changes) if changes else "the same parameters"
@@ -192,9 +196,14 @@ class Progress:
         self.plain_interval_s = plain_interval_s
         self.clock = clock
         try:
-            self.levels: tuple[int, ...] = tuple(space.workload.levels) if space is not None else ()
+            # The order a trial measures its levels in: a screened trial the proxy's first
+            # (tuner.fidelity), then, when promoted, the rest of the target's.
+            target, proxy = space.workload, space.proxy
+            order = fidelity.screening_order(proxy, target) if proxy != target else None
+            self.levels: tuple[int, ...] = order or tuple(target.levels)
+            self.screen_count = len(proxy.levels) if order else len(self.levels)
         except Exception:
-            self.levels = ()
+            self.levels, self.screen_count = (), 0
         self.level_count: int | None = len(self.levels) or None
         self.engine: str | None = getattr(getattr(space, "spec", None), "engine", None)
 
@@ -250,9 +259,11 @@ class Progress:
             if self.current != number:
                 self.trial_started(number)
             m = metrics if isinstance(metrics, Mapping) else metrics.model_dump()
-            of = f"/{self.level_count}" if self.level_count else ""
+            # Screening levels count out of the proxy's; a promoted trial's out of the target's.
+            total = self.screen_count if level_index < self.screen_count else self.level_count
+            of = f"/{total}" if total else ""
             text = f"level {level_index + 1}{of} C={m['concurrency']}: {m['output_tok_s']:.0f} tok/s"
-            if level_index + 1 < len(self.levels):
+            if level_index + 1 < (total or 0):
                 # The status line shows the level being measured now, not only the last one done.
                 text += f", measuring C={self.levels[level_index + 1]} (level {level_index + 2}{of})"
             with self._lock:

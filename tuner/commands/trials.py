@@ -109,8 +109,10 @@ def rows(
         rec = TrialRecord.of(t)
         if best is None:
             changes = ""
-        elif best.number == rec.number or rec.number in best.runs:
+        elif best.number == rec.number:
             changes = "(best)"
+        elif rec.number in best.runs:
+            changes = f"(the best's configuration, another launch than #{best.number})"
         else:
             names = list(best.params) + [k for k in rec.params if k not in best.params]
             diff = [k for k in names if best.params.get(k) != rec.params.get(k)]
