@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from tuner.commands._common import add_study_args
+from tuner.commands._common import add_study_args, study_storage
 from tuner.errors import UsageError
 from tuner.storage import load_study
 from tuner.trial_record import TrialRecord
@@ -18,7 +18,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     try:
-        study = load_study(args.study, args.storage)
+        study = load_study(args.study, study_storage(args))
     except LookupError as exc:
         raise UsageError(str(exc)) from exc
     print(f"study {study.study_name}")
