@@ -55,6 +55,26 @@ class Measurement:
     python: str | None = None
 
 
+#: Share of a level's requests that may fail before the level is no measurement of the
+#: configuration: a stray failure among many requests is noise, a server that answers 500,
+#: 429 or a broken stream to a tenth of them is not serving that level.
+MAX_FAILED_SHARE = 0.05
+
+
+def failed_requests(level: LevelRecords) -> str | None:
+    """Why ``level`` is not a measurement (too many failed requests), or None."""
+    errors = dict(level.errors)
+    for r in level.records:
+        if not r.ok:
+            errors[r.error or "incomplete"] = errors.get(r.error or "incomplete", 0) + 1
+    failed = sum(errors.values())
+    total = len(level.records) + sum(level.errors.values())
+    if total == 0 or failed <= MAX_FAILED_SHARE * total:
+        return None
+    kinds = ", ".join(f"{k} x{v}" for k, v in sorted(errors.items()))
+    return f"{failed} of {total} requests at C={level.concurrency} failed ({kinds})"
+
+
 class Interrupted(Exception):
     """The run was stopped (Ctrl-C or SIGTERM in another thread) while this trial ran."""
 
@@ -241,12 +261,16 @@ class LauncherMeasurer(Measurer):
             launcher.start(spec, log_path=log_path, trial_label=trial_label)
             m.startup_s = m.server_s = launcher.wait_healthy(self.health_timeout_s, poll_s=1.0)
             died = False
+            bad_level: str | None = None
 
             def on_records(level: LevelRecords) -> bool:
-                nonlocal died
+                nonlocal died, bad_level
                 if not launcher.alive():
                     died = True  # this level ran into a dying server: not a measurement
                     return False
+                bad_level = failed_requests(level)
+                if bad_level is not None:
+                    return False  # a level of failed requests is not a measurement either
                 return record_level(len(m.levels), level, objective, on_level, m)
 
             m.python = self.python or launcher.interpreter()
@@ -256,6 +280,8 @@ class LauncherMeasurer(Measurer):
             if died or not launcher.alive():
                 m.status = "failed"
                 m.failure = launcher.classify_exit()
+            elif bad_level is not None:
+                m.status, m.failure = "failed", LaunchFailure("request-errors", f"{trial_label}: {bad_level}")
         except watchdog.Hang as exc:
             # The stalled level never reached on_records: it is not among m.levels.
             m.status, m.failure = "failed", LaunchFailure("hang", f"{trial_label}: {exc}")
