@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import optuna
+from loguru import logger
 from optuna.trial import FrozenTrial, TrialState
 
 from tuner import budget, effects, estimates, ownership, trial_record
@@ -32,7 +33,7 @@ from tuner.objectives import Objective
 from tuner.pruning import RelativeToBestPruner
 from tuner.sampler import IncumbentLocalSampler
 from tuner.space import Space
-from tuner.storage import open_storage
+from tuner.storage import GRACE_S, open_storage
 from tuner.trial_record import TrialWriter, queued_model_pick, queued_repeat, write_study_info
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -52,6 +53,8 @@ FINISHED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
 #: that stop the study; :data:`SETUP_STOP_ANY` in a row stop it whatever their causes.
 SETUP_STOP_SAME = 2
 SETUP_STOP_ANY = 3
+#: How often a worker whose budget is all running elsewhere looks again.
+WAIT_FOR_OTHERS_S = 0.5
 
 
 def default_study_name(space: Space, objective: Objective) -> str:
@@ -108,6 +111,7 @@ class Search:
                 load_if_exists=True,
             )
         self._stop = threading.Event()
+        self._told_waiting = threading.Event()
         #: Setup failures in a row: (cause, log path) of each.
         self._setup_failures: list[tuple[str, str | None]] = []
         self.study.set_metric_names(
@@ -184,24 +188,44 @@ class Search:
 
     def _worker(self) -> None:
         while not self._stop.is_set():
+            # A dead owner on this host is known at once; other hosts' only after the grace.
+            budget.reap_orphans(self.study)
             optuna.storages.fail_stale_trials(self.study)
             with self.gate.hold():
-                budget.reap_orphans(self.study)
                 trials = self.study.get_trials(deepcopy=False)
-                counted = budget.counted(trials)
-                if counted >= self.budget:
+                if budget.verdicts(trials) >= self.budget:
                     return
-                rejected = budget.consecutive_rejections(trials)
-                if rejected >= budget.MAX_CONSECUTIVE_REJECTIONS:
-                    raise StudyStopped(
-                        f"the last {rejected} proposals were all rejected by the engine's rules or the "
-                        "space's constraints; it leaves nearly nothing to launch (check its constraints)"
+                trial = self._next_trial(trials)
+            if trial is None:
+                # The rest of the budget is running elsewhere: wait for its verdicts (or for
+                # its owners to die, when it is queued again) rather than end short of it.
+                if not self._told_waiting.is_set():
+                    self._told_waiting.set()
+                    logger.warning(
+                        "the rest of the budget is running in other workers: waiting for their verdicts "
+                        f"(a worker that died on another host is failed after the {GRACE_S} s grace)"
                     )
-                if self.confirm:
-                    self._queue_final(counted)
-                trial = budget.ask(self.study)
-                TrialWriter(trial).owner(ownership.current().as_dict())
+                self._stop.wait(WAIT_FOR_OTHERS_S)
+                continue
             self._run_trial(trial)
+
+    def _next_trial(self, trials: Sequence[FrozenTrial]) -> optuna.Trial | None:
+        """The trial this worker runs next (under the budget gate); None when the budget is
+        used up by trials running now."""
+        counted = budget.counted(trials)
+        if counted >= self.budget:
+            return None
+        rejected = budget.consecutive_rejections(trials)
+        if rejected >= budget.MAX_CONSECUTIVE_REJECTIONS:
+            raise StudyStopped(
+                f"the last {rejected} proposals were all rejected by the engine's rules or the "
+                "space's constraints; it leaves nearly nothing to launch (check its constraints)"
+            )
+        if self.confirm:
+            self._queue_final(counted)
+        trial = budget.ask(self.study)
+        TrialWriter(trial).owner(ownership.current().as_dict())
+        return trial
 
     def _run_trial(self, trial: optuna.Trial) -> None:
         frozen: FrozenTrial | None = None

@@ -88,7 +88,8 @@ def _kill_group(proc: subprocess.Popen, pgid: int) -> None:
 
 
 #: Environment variable carrying the port a launched server was started for.
-SLOT_ENV = "TUNER_SLOT"
+#: Not a ``TUNER_*`` name: a server never gets those (:mod:`tuner.server_env`).
+SLOT_ENV = "LLM_TUNER_SLOT"
 
 
 def _slot_dir() -> Path:
