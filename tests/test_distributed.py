@@ -18,6 +18,7 @@ from optuna.trial import TrialState
 from tests.helpers import emulator_pids
 from tests.postgres import pg_bin, postgres_server
 from tests.test_study import make_search
+from tuner import budget
 from tuner.errors import UsageError
 from tuner.net import free_port
 from tuner.settings import Settings
@@ -130,7 +131,7 @@ def test_three_workers_on_postgres_end_with_exactly_the_budget(workdir: Path):
         study = optuna.load_study(study_name="dist", storage=url)
         trials = study.get_trials()
         finished = [t for t in trials if t.state in FINISHED]
-        assert len(finished) == 30
+        assert budget.verdicts(trials) == 30  # rejected proposals are recorded, not counted
         assert not [t for t in trials if t.state == TrialState.RUNNING]
         assert len({t.number for t in trials}) == len(trials)
         for t in finished:
@@ -162,7 +163,7 @@ def test_killed_worker_trial_fails_after_grace_and_is_retried(workdir: Path):
     assert killed.state == TrialState.FAIL
     retries = [t for t in trials if t.system_attrs.get("failed_trial") == killed.number]
     assert len(retries) == 1 and retries[0].state in FINISHED and retries[0].params == killed.params
-    assert len([t for t in trials if t.state in FINISHED]) == 4
+    assert budget.verdicts(trials) == 4  # the killed trial gave no verdict: its retry did
     assert emulator_pids(port) == []
     listing = subprocess.run(
         [sys.executable, "-m", "tuner", "trials"],
@@ -209,7 +210,7 @@ def test_ctrl_c_stops_the_server_records_the_trial_and_rerun_resumes(workdir: Pa
     again = subprocess.run(search_cmd(space, 3), capture_output=True, text=True, timeout=240, env=env)
     assert again.returncode == 0, again.stdout + again.stderr
     trials = optuna.load_study(study_name="emu", storage=f"sqlite:///{workdir}/studies/emu.db").get_trials()
-    assert len([t for t in trials if t.state in FINISHED]) == 3
+    assert budget.verdicts(trials) == 3  # the interrupted trial gave no verdict: its retry did
     assert any(t.params == stopped.params and t.state == TrialState.COMPLETE for t in trials)
     assert emulator_pids(port) == []
 
@@ -219,7 +220,7 @@ def test_two_workers_on_the_simulator_run_trials_at_once(workdir: Path):
     search = make_search(space, 8, noise=DEFAULT_NOISE)
     search.run(workers=2)
     trials = [t for t in search.study.get_trials() if t.state in FINISHED]
-    assert len(trials) == 8
+    assert budget.verdicts(trials) == 8  # rejected proposals are recorded, not counted
     spans = sorted((t.datetime_start, t.datetime_complete) for t in trials)
     assert any(b[0] < a[1] for a, b in itertools.pairwise(spans)), "no two trials overlapped"
 

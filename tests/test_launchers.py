@@ -450,3 +450,19 @@ def test_systemd_over_ssh(sshd, systemd_standin, tmp_path: Path) -> None:
         pid = int((systemd_standin.state_dir / f"tuner-{port}.service.pid").read_text())
     assert wait_until(lambda: not pid_alive(pid), 5)
     assert "fired up and ready to roll" in _log(tmp_path).read_text()
+
+
+def test_ssh_interpreter_is_resolved_on_the_host(sshd, tmp_path: Path) -> None:
+    """The unit for an ssh trial names the interpreter the host's PATH gives, which is not the
+    tuner's own (this test's sshd runs commands with the system's default PATH)."""
+    transport = sshd.transport()
+    remote = transport.run("command -v python3").stdout.decode().strip()
+    assert remote.startswith("/") and remote != sys.executable
+    launcher = SshLauncher(transport, SGLANG, remote_dir=str(sshd.home / "remote"))
+    launcher.spec = LaunchSpec(argv=["python3", "-m", "sglang.launch_server"], env={}, engine="sglang")
+    assert launcher.interpreter() == remote
+    launcher.spec = LaunchSpec(argv=["/opt/venv/bin/python3", "-m", "x"], env={}, engine="sglang")
+    assert launcher.interpreter() == "/opt/venv/bin/python3"
+    launcher.spec = LaunchSpec(argv=["vllm", "serve"], env={}, engine="vllm")
+    assert launcher.interpreter() is None
+    launcher.close()

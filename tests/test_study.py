@@ -11,6 +11,7 @@ import optuna
 import pytest
 
 from tests.helpers import SMALL_SPACE as SPACE
+from tuner import budget
 from tuner.cli import main
 from tuner.measurers import SimMeasurer
 from tuner.objectives import Objective
@@ -45,7 +46,8 @@ def records(search: Search) -> list[TrialRecord]:
 
 
 def test_impossible_combinations_cost_no_launch_and_are_infeasible(space):
-    search = make_search(space, 3)
+    # A rejected proposal uses up no budget: one launch is the budget of these three trials.
+    search = make_search(space, 1)
     enqueue(search, {"ep_size": 3}, {"ep_size": 1, "enable_eplb": True}, {"ep_size": 8})
     search.run()
     bad_ep, eplb_no_ep, ok = records(search)
@@ -107,10 +109,14 @@ def test_interrupted_study_resumes_to_its_budget(space):
 
 
 def test_budget_counts_finished_trials_and_rerun_adds_nothing(space):
-    make_search(space, 4).run()
+    first = make_search(space, 4)
+    first.run()
+    trials = len(first.study.get_trials())
     search = make_search(space, 4)
     search.run()
-    assert len(search.study.get_trials()) == 4
+    # The budget counts verdicts: rejected proposals (infeasible) are recorded, not counted.
+    assert budget.verdicts(search.study.get_trials()) == 4
+    assert len(search.study.get_trials()) == trials
 
 
 def run_cli(*argv: str) -> tuple[int, str]:
@@ -201,7 +207,7 @@ def test_sampler_keeps_going_when_the_space_is_exhausted(space):
     search = make_search(space, 24)
     search.run()
     recs = records(search)
-    assert len(recs) == 24
+    assert budget.verdicts(search.study.get_trials()) == 24
     assert any(r.outcome == "reused" for r in recs)
 
 

@@ -41,7 +41,7 @@ from loguru import logger
 from optuna.artifacts import FileSystemArtifactStore
 from optuna.trial import FrozenTrial, TrialState
 
-from tuner import trial_record
+from tuner import redact, trial_record
 from tuner.deployment import DEFAULT_ENGINE, unit_text
 from tuner.statement import statement_lines
 from tuner.storage import STUDIES_DIR
@@ -338,13 +338,15 @@ def annotate_trial(
         if records_path is not None and Path(records_path).is_file():
             files.append((f"trial-{n}-{Path(records_path).name}", Path(records_path).read_bytes()))
         for name, data in files:
-            _put(study, frozen_trial, store, name, data)
-        note = trial_note(
-            study.study_name,
-            frozen_trial,
-            unit_text=unit_text,
-            artifacts=[f for f, _ in files],
-            engine=engine,
+            _put(study, frozen_trial, store, name, redact.text(data.decode("utf-8", "replace")).encode())
+        note = redact.text(
+            trial_note(
+                study.study_name,
+                frozen_trial,
+                unit_text=unit_text,
+                artifacts=[f for f, _ in files],
+                engine=engine,
+            )
         )
         trial = optuna.Trial(study, frozen_trial._trial_id)
         save_note(trial, note)

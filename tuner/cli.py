@@ -10,7 +10,7 @@ import sys
 import threading
 from collections.abc import Sequence
 
-from tuner import __version__
+from tuner import __version__, redact
 from tuner.commands import COMMAND_MODULES
 from tuner.errors import UsageError
 
@@ -53,7 +53,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.handler(args) or 0)
     except UsageError as exc:
-        print(f"tuner {args.command}: error: {exc}", file=sys.stderr)
+        print(redact.text(f"tuner {args.command}: error: {exc}"), file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

@@ -14,10 +14,27 @@ from tuner.metrics import LevelMetrics
 from tuner.objectives import peak_tok_s, single_stream
 from tuner.statement import statement_lines
 from tuner.systemd_unit import render_shell, render_systemd_unit
-from tuner.trial_record import StudyInfo, TrialRecord
+from tuner.trial_record import PYTHON, StudyInfo, TrialRecord
 
 #: Engine of studies that did not record theirs (the first engine the tuner supported).
 DEFAULT_ENGINE = "sglang"
+#: The interpreter of a unit when nothing names the GPU host's: the first ``python3`` on
+#: the PATH of the host that runs the unit (never the PATH of the machine rendering it).
+ENV_PYTHON = "/usr/bin/env python3"
+
+
+def unit_interpreter(rec: TrialRecord, info: StudyInfo, override: str | None = None) -> tuple[str, str]:
+    """The interpreter a unit for trial ``rec`` runs, and where it comes from: ``override``
+    (``--python``, ``TUNER_PYTHON``), else the interpreter the trial's host resolved and
+    stored on the trial, else the space's ``launch.python``, else :data:`ENV_PYTHON`."""
+    if override:
+        return override, "given with --python (or the python setting)"
+    recorded = rec.attrs.get(PYTHON)
+    if recorded:
+        return str(recorded), f"the interpreter trial #{rec.number} ran on its host"
+    if info.unit.get("python"):
+        return str(info.unit["python"]), "the space's launch.python"
+    return ENV_PYTHON, "python3 from the PATH of the unit's host; pin one with tuner best --python PATH"
 
 
 def launch_spec(rec: TrialRecord, info: StudyInfo) -> LaunchSpec:
@@ -70,19 +87,20 @@ def unit_text(
     notes: Sequence[str] = (),
 ) -> str:
     """The systemd unit that launches trial ``rec``'s configuration, with the study's unit
-    settings (:attr:`StudyInfo.unit`). ``python``: the interpreter (default: the study's
-    ``python`` setting); ``description``: used when the settings give none (default: the
+    settings (:attr:`StudyInfo.unit`). ``python``: the interpreter (default: see
+    :func:`unit_interpreter`); ``description``: used when the settings give none (default: the
     engine's server tuned by this study); ``notes``: more header lines. Raises ValueError
     when the unit cannot be rendered (no command, a relative path, a program not found here)."""
     spec = launch_spec(rec, info)
     settings = info.unit
+    interpreter, why = unit_interpreter(rec, info, python)
     return render_systemd_unit(
         spec,
         description=settings.get("description")
         or description
         or f"{spec.engine} server tuned by tuner ({study_name})",
-        header=header_lines(study_name, rec, info, notes),
-        python=python or settings.get("python"),
+        header=[*header_lines(study_name, rec, info, notes), f"interpreter: {interpreter} ({why})"],
+        python=interpreter,
         user=settings.get("user"),
         working_directory=settings.get("working_directory"),
         environment_file=settings.get("environment_file"),

@@ -5,7 +5,18 @@ from __future__ import annotations
 from typing import Literal
 
 FailureClass = Literal[
-    "invalid-args", "oom", "cuda-graph-oom", "crash", "timeout", "port-busy", "unreachable", "interrupted"
+    "invalid-args",
+    "oom",
+    "cuda-graph-oom",
+    "crash",
+    "timeout",
+    "hang",
+    "request-errors",
+    "port-busy",
+    "unreachable",
+    "setup",
+    "interrupted",
+    "orphaned",
 ]
 
 FAILURE_CLASSES: tuple[str, ...] = (
@@ -14,10 +25,18 @@ FAILURE_CLASSES: tuple[str, ...] = (
     "cuda-graph-oom",
     "crash",
     "timeout",
+    "hang",
+    "request-errors",
     "port-busy",
     "unreachable",
+    "setup",
     "interrupted",
+    "orphaned",
 )
+#: Classes that blame the host, not the configuration: the same failure whatever the
+#: parameters (a missing module or model path, a CUDA driver error, a port held by
+#: another service). Launches failing this way in a row stop the study.
+SETUP_CLASSES = frozenset({"setup", "port-busy"})
 
 
 class LaunchFailure(Exception):

@@ -18,9 +18,11 @@ import logging as std_logging
 import sys
 import threading
 from pathlib import Path
-from typing import Protocol, TextIO
+from typing import Any, Protocol, TextIO
 
 from loguru import logger
+
+from tuner import redact
 
 CONSOLE_FORMAT = "<dim>{time:HH:mm:ss}</dim> <level>{level: <7}</level> {message}"
 FILE_FORMAT = "{time:YYYY-MM-DD HH:mm:ss.SSS} | {level: <7} | {name}:{line} | {message}"
@@ -102,6 +104,9 @@ def setup(
     if level not in LEVELS:
         raise ValueError(f"log level must be one of {', '.join(LEVELS)}, not {level!r}")
     logger.remove()
+    # Every record passes the redaction step: a message quoting a log line or an error
+    # never prints or writes a known secret (tuner.redact).
+    logger.configure(patcher=_redact_record)
     tty = bool(getattr(stream if stream is not None else sys.stderr, "isatty", lambda: False)())
     logger.add(
         _ConsoleSink(stream),
@@ -125,6 +130,10 @@ def setup(
     if route_standard_logging:
         _route_standard_logging()
     _configured = True
+
+
+def _redact_record(record: Any) -> None:
+    record["message"] = redact.text(record["message"])
 
 
 def ensure_setup() -> None:

@@ -9,6 +9,7 @@ code never knows whether the numbers came from the simulator or a real host.
 
 from __future__ import annotations
 
+import asyncio
 import queue
 import threading
 from abc import ABC, abstractmethod
@@ -17,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from tuner import redact, watchdog
 from tuner.engines.base import LaunchSpec
 from tuner.failures import LaunchFailure
 from tuner.metrics import LevelMetrics, summarize
@@ -47,6 +49,30 @@ class Measurement:
     server_s: float = 0.0
     log_tail: str = ""
     server_info: dict[str, object] = field(default_factory=dict)
+    #: Where the server's log was written (real servers).
+    log_path: str | None = None
+    #: The launch command's interpreter on the host that ran it (real servers).
+    python: str | None = None
+
+
+#: Share of a level's requests that may fail before the level is no measurement of the
+#: configuration: a stray failure among many requests is noise, a server that answers 500,
+#: 429 or a broken stream to a tenth of them is not serving that level.
+MAX_FAILED_SHARE = 0.05
+
+
+def failed_requests(level: LevelRecords) -> str | None:
+    """Why ``level`` is not a measurement (too many failed requests), or None."""
+    errors = dict(level.errors)
+    for r in level.records:
+        if not r.ok:
+            errors[r.error or "incomplete"] = errors.get(r.error or "incomplete", 0) + 1
+    failed = sum(errors.values())
+    total = len(level.records) + sum(level.errors.values())
+    if total == 0 or failed <= MAX_FAILED_SHARE * total:
+        return None
+    kinds = ", ".join(f"{k} x{v}" for k, v in sorted(errors.items()))
+    return f"{failed} of {total} requests at C={level.concurrency} failed ({kinds})"
 
 
 class Interrupted(Exception):
@@ -162,9 +188,19 @@ class LauncherMeasurer(Measurer):
         hosts: Sequence[str | None] = (None,),
         launcher_options: dict | None = None,
         secret_env: Mapping[str, str] | None = None,
+        stall_s: float = watchdog.DEFAULT_STALL_S,
+        level_timeout_s: float | None = None,
+        python: str | None = None,
     ):
+        """``secret_env``: variables for the server only (the Hugging Face token of a space
+        that asks for it). ``stall_s`` and ``level_timeout_s``: when a level is hung (see
+        :mod:`tuner.watchdog`; the level deadline defaults to one derived from the workload)."""
         self.backend = kind
         self.log_dir = log_dir
+        self.stall_s = stall_s
+        self.level_timeout_s = level_timeout_s
+        #: The space's launch.python: the interpreter on the hosts, when the space names it.
+        self.python = python
         self.health_timeout_s = health_timeout_s
         self.launcher_options = dict(launcher_options or {})
         self.secret_env = dict(secret_env or {})
@@ -230,25 +266,41 @@ class LauncherMeasurer(Measurer):
             launcher.start(spec, log_path=log_path, trial_label=trial_label)
             m.startup_s = m.server_s = launcher.wait_healthy(self.health_timeout_s, poll_s=1.0)
             died = False
+            bad_level: str | None = None
 
             def on_records(level: LevelRecords) -> bool:
-                nonlocal died
+                nonlocal died, bad_level
                 if not launcher.alive():
                     died = True  # this level ran into a dying server: not a measurement
                     return False
+                bad_level = failed_requests(level)
+                if bad_level is not None:
+                    return False  # a level of failed requests is not a measurement either
                 return record_level(len(m.levels), level, objective, on_level, m)
 
-            loadgen.measure(launcher.base_url(), workload, seed=seed, on_records=on_records, levels=levels)
+            m.python = self.python or launcher.interpreter()
+            deadline = self.level_timeout_s or watchdog.level_deadline_s(workload)
+            sweep = loadgen.run_sweep(
+                launcher.base_url(), workload, seed=seed, on_records=on_records, levels=levels
+            )
+            asyncio.run(watchdog.guard(sweep, stall_s=self.stall_s, deadline_s=deadline))
             if died or not launcher.alive():
                 m.status = "failed"
                 m.failure = launcher.classify_exit()
+            elif bad_level is not None:
+                m.status, m.failure = "failed", LaunchFailure("request-errors", f"{trial_label}: {bad_level}")
+        except watchdog.Hang as exc:
+            # The stalled level never reached on_records: it is not among m.levels.
+            m.status, m.failure = "failed", LaunchFailure("hang", f"{trial_label}: {exc}")
         except LaunchFailure as exc:
             m.status, m.failure = "failed", exc
         finally:
             launcher.stop()
             with self._lock:
                 self._active.discard(launcher)
-            m.log_tail = launcher.log_tail(60)
+            redact.file(log_path)
+            m.log_tail = redact.text(launcher.log_tail(60))
+            m.log_path = str(log_path)
         if self._interrupted.is_set():
             raise Interrupted(trial_label)
         return m

@@ -26,6 +26,8 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from tuner.watchdog import DEFAULT_STALL_S
+
 
 class Settings(BaseSettings):
     """Installation-wide settings (see module docstring)."""
@@ -49,6 +51,10 @@ class Settings(BaseSettings):
     #: Hugging Face token, passed to servers' environment only (units use EnvironmentFile=).
     hf_token: SecretStr | None = None
     workers: int = Field(1, ge=1)
+    #: Seconds without a token, while requests are in flight, before a level is hung.
+    stall_s: float = Field(DEFAULT_STALL_S, gt=0)
+    #: Deadline of one sweep level, seconds (default: derived from the workload).
+    level_timeout_s: float | None = Field(None, gt=0)
 
     @field_validator("hosts", mode="before")
     @classmethod
@@ -86,10 +92,14 @@ def load() -> Settings:
     """The settings of this working directory; a bad value is a usage error naming it."""
     from pydantic import ValidationError
 
+    from tuner import redact
     from tuner.errors import UsageError
 
     try:
-        return Settings()
+        settings = Settings()
     except ValidationError as exc:
         problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors())
         raise UsageError(f"settings (TUNER_* environment, .env, tuner.toml): {problems}") from None
+    redact.register(settings.hf_token.get_secret_value() if settings.hf_token else None)
+    redact.register_url(settings.storage_url())
+    return settings

@@ -8,12 +8,15 @@ study's whole state (:mod:`tuner.trial_record`).
 from __future__ import annotations
 
 import os
+import re
 import time
 from pathlib import Path
 
 import optuna
 import sqlalchemy
 from optuna.storages import RDBStorage, RetryHeartbeatStaleTrialCallback
+
+from tuner.errors import UsageError
 
 #: Directory of study databases, relative to the working directory.
 STUDIES_DIR = Path("studies")
@@ -23,19 +26,60 @@ HEARTBEAT_S = float(os.environ.get("TUNER_HEARTBEAT_S", "30"))
 GRACE_S = int(float(os.environ.get("TUNER_GRACE_S", "120")))
 
 
+#: A study name: a file name under ./studies and a directory of artifacts, never a path.
+_STUDY_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,127}$")
+#: Attempts at opening a storage that does not answer (a database restarting).
+OPEN_ATTEMPTS = 8
+
+
+class StorageError(UsageError):
+    """The storage cannot be opened: a bad URL, a database that does not answer, refused
+    credentials. One line, exit 2; the URL's password is never in it."""
+
+
+def check_study_name(name: str) -> str:
+    """``name`` if it is a name (letters, digits, ``._+-``; no ``/``, no ``..``)."""
+    if not _STUDY_NAME.match(name) or ".." in name:
+        raise UsageError(
+            f"study name {name!r}: use letters, digits and . _ + - (no path separators, no '..')"
+        )
+    return name
+
+
 def default_storage_url(study_name: str) -> str:
-    STUDIES_DIR.mkdir(parents=True, exist_ok=True)
+    check_study_name(study_name)
     return f"sqlite:///{STUDIES_DIR / study_name}.db"
 
 
+def _is_auth_error(exc: BaseException) -> bool:
+    text = str(exc).lower()
+    return any(w in text for w in ("authentication failed", "access denied", "no password supplied"))
+
+
+def storage_error(url: str, exc: BaseException) -> StorageError:
+    """One line naming the storage (password hidden) and what went wrong."""
+    from tuner import redact
+
+    detail = str(getattr(exc, "orig", None) or exc).strip().splitlines()
+    first = detail[0] if detail else type(exc).__name__
+    return StorageError(redact.text(f"cannot open storage {redact_url(url)}: {first}"))
+
+
 def open_storage(url: str) -> optuna.storages.BaseStorage:
-    """An RDB storage with heartbeats (stale trials failed and retried once)."""
+    """An RDB storage with heartbeats (stale trials failed and retried once).
+
+    A database that does not answer is tried again for a few seconds (workers starting
+    at once race to create the schema; a server may be restarting); refused credentials
+    and bad URLs are not. Raises :class:`StorageError`.
+    """
+    from tuner import redact
+
+    redact.register_url(url)
     if url.startswith("sqlite:///"):
         Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
-    if url.startswith("sqlite:///"):
         _enable_wal(url)
     last: Exception | None = None
-    for attempt in range(8):
+    for attempt in range(OPEN_ATTEMPTS):
         try:
             return RDBStorage(
                 url,
@@ -45,11 +89,14 @@ def open_storage(url: str) -> optuna.storages.BaseStorage:
                 engine_kwargs={"pool_pre_ping": True} if not url.startswith("sqlite") else None,
             )
         except sqlalchemy.exc.DBAPIError as exc:
-            # Workers starting at once race to create the schema; the loser finds it made.
+            if _is_auth_error(exc):
+                raise storage_error(url, exc) from None
             last = exc
             time.sleep(0.2 * (attempt + 1))
+        except (sqlalchemy.exc.ArgumentError, ImportError, ValueError) as exc:
+            raise storage_error(url, exc) from None
     assert last is not None
-    raise last
+    raise storage_error(url, last)
 
 
 def _enable_wal(url: str) -> None:
@@ -57,8 +104,11 @@ def _enable_wal(url: str) -> None:
     microseconds instead of a disk sync per trial attribute. The mode persists in the file."""
     import sqlite3
 
-    with sqlite3.connect(url.removeprefix("sqlite:///")) as conn:
-        conn.execute("PRAGMA journal_mode=WAL")
+    try:
+        with sqlite3.connect(url.removeprefix("sqlite:///")) as conn:
+            conn.execute("PRAGMA journal_mode=WAL")
+    except sqlite3.Error as exc:
+        raise StorageError(f"cannot open storage {url}: {exc}") from None
 
 
 def redact_url(url: str) -> str:
@@ -75,8 +125,16 @@ def redact_url(url: str) -> str:
 def resolve_storage(study_name: str | None, storage: str | None) -> tuple[str, str]:
     """(storage URL, study name) of an existing study; with no name, the newest in ./studies.
 
-    Raises LookupError naming what is missing.
+    Reading creates nothing: a SQLite file that does not exist is reported, not made.
+    Raises LookupError naming what is missing, :class:`StorageError` when the storage
+    cannot be read.
     """
+    if study_name is not None:
+        check_study_name(study_name)
+    if storage is not None and storage.startswith("sqlite:///"):
+        path = Path(storage.removeprefix("sqlite:///"))
+        if not path.is_file():
+            raise LookupError(f"no study database {path}")
     if storage is None:
         if study_name is None:
             dbs = sorted(STUDIES_DIR.glob("*.db"), key=os.path.getmtime)
@@ -88,7 +146,10 @@ def resolve_storage(study_name: str | None, storage: str | None) -> tuple[str, s
             if not path.exists():
                 raise LookupError(f"no study database {path} (pass --storage for another location)")
             storage = f"sqlite:///{path}"
-    names = [s.study_name for s in optuna.get_all_study_summaries(_reader(storage))]
+    try:
+        names = [s.study_name for s in optuna.get_all_study_summaries(_reader(storage))]
+    except (sqlalchemy.exc.SQLAlchemyError, ImportError, ValueError) as exc:
+        raise storage_error(storage, exc) from None
     if study_name is None:
         if not names:
             raise LookupError(f"no study in {redact_url(storage)}")
@@ -101,10 +162,21 @@ def resolve_storage(study_name: str | None, storage: str | None) -> tuple[str, s
 
 
 def _reader(url: str) -> optuna.storages.BaseStorage | str:
-    return optuna.storages.RDBStorage(url) if "://" in url else url
+    from tuner import redact
+
+    redact.register_url(url)
+    if "://" not in url:
+        return url
+    try:
+        return optuna.storages.RDBStorage(url, skip_table_creation=True)
+    except (sqlalchemy.exc.SQLAlchemyError, ImportError, ValueError) as exc:
+        raise storage_error(url, exc) from None
 
 
 def load_study(study_name: str | None, storage: str | None) -> optuna.Study:
     """Open an existing study for reading (see :func:`resolve_storage`)."""
     url, name = resolve_storage(study_name, storage)
-    return optuna.load_study(study_name=name, storage=_reader(url))
+    try:
+        return optuna.load_study(study_name=name, storage=_reader(url))
+    except sqlalchemy.exc.SQLAlchemyError as exc:
+        raise storage_error(url, exc) from None

@@ -16,23 +16,26 @@ whole state of a study (:mod:`tuner.storage`).
 
 from __future__ import annotations
 
+import re
 import threading
 import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import optuna
+from loguru import logger
 from optuna.trial import FrozenTrial, TrialState
 
-from tuner import effects, estimates, fidelity, trial_record
+from tuner import budget, effects, estimates, fidelity, ownership, trial_record
+from tuner.budget import StudyStopped
 from tuner.coordination import BudgetGate, Heartbeat
-from tuner.failures import LaunchFailure
+from tuner.failures import SETUP_CLASSES, LaunchFailure
 from tuner.measurers import Interrupted, Measurer
 from tuner.objectives import Objective
 from tuner.pruning import RelativeToBestPruner
 from tuner.sampler import IncumbentLocalSampler
 from tuner.space import Space
-from tuner.storage import open_storage
+from tuner.storage import GRACE_S, open_storage
 from tuner.trial_record import TrialWriter, queued_model_pick, queued_repeat, write_study_info
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -52,6 +55,12 @@ INDIFFERENCE = 0.01
 #: in the same launch (a finalist; its missing levels cost no second start-up).
 PROMOTE_WITHIN_SD = 2.0
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
+#: Launches in a row failing with one setup error (the same cause whatever the parameters)
+#: that stop the study; :data:`SETUP_STOP_ANY` in a row stop it whatever their causes.
+SETUP_STOP_SAME = 2
+SETUP_STOP_ANY = 3
+#: How often a worker whose budget is all running elsewhere looks again.
+WAIT_FOR_OTHERS_S = 0.5
 
 
 def default_study_name(space: Space, objective: Objective) -> str:
@@ -108,6 +117,9 @@ class Search:
                 load_if_exists=True,
             )
         self._stop = threading.Event()
+        self._told_waiting = threading.Event()
+        #: Setup failures in a row: (cause, log path) of each.
+        self._setup_failures: list[tuple[str, str | None]] = []
         self.study.set_metric_names(
             ["single_stream_tok_s", "peak_tok_s"] if objective.multi else [f"{objective.name}_tok_s"]
         )
@@ -132,13 +144,14 @@ class Search:
         except ValueError:
             return None
 
-    # --- budget -------------------------------------------------------------------------
+    # --- budget (see tuner.budget) -----------------------------------------------------
     def finished(self) -> int:
-        return len(self.study.get_trials(deepcopy=False, states=FINISHED))
+        """Trials that gave a verdict on their configuration (what ``--budget`` counts)."""
+        return budget.verdicts(self.study.get_trials(deepcopy=False))
 
     def counted(self) -> int:
-        """Trials that use up the budget: finished ones and those running now."""
-        return len(self.study.get_trials(deepcopy=False, states=(*FINISHED, TrialState.RUNNING)))
+        """Trials that use up the budget: verdicts and trials running now."""
+        return budget.counted(self.study.get_trials(deepcopy=False))
 
     def run(self, workers: int = 1) -> optuna.Study:
         """Run trials until the study has ``budget`` finished trials.
@@ -184,15 +197,44 @@ class Search:
 
     def _worker(self) -> None:
         while not self._stop.is_set():
+            # A dead owner on this host is known at once; other hosts' only after the grace.
+            budget.reap_orphans(self.study)
             optuna.storages.fail_stale_trials(self.study)
             with self.gate.hold():
-                counted = self.counted()
-                if counted >= self.budget:
+                trials = self.study.get_trials(deepcopy=False)
+                if budget.verdicts(trials) >= self.budget:
                     return
-                if self.confirm:
-                    self._queue_final(counted)
-                trial = self.study.ask()
+                trial = self._next_trial(trials)
+            if trial is None:
+                # The rest of the budget is running elsewhere: wait for its verdicts (or for
+                # its owners to die, when it is queued again) rather than end short of it.
+                if not self._told_waiting.is_set():
+                    self._told_waiting.set()
+                    logger.warning(
+                        "the rest of the budget is running in other workers: waiting for their verdicts "
+                        f"(a worker that died on another host is failed after the {GRACE_S} s grace)"
+                    )
+                self._stop.wait(WAIT_FOR_OTHERS_S)
+                continue
             self._run_trial(trial)
+
+    def _next_trial(self, trials: Sequence[FrozenTrial]) -> optuna.Trial | None:
+        """The trial this worker runs next (under the budget gate); None when the budget is
+        used up by trials running now."""
+        counted = budget.counted(trials)
+        if counted >= self.budget:
+            return None
+        rejected = budget.consecutive_rejections(trials)
+        if rejected >= budget.MAX_CONSECUTIVE_REJECTIONS:
+            raise StudyStopped(
+                f"the last {rejected} proposals were all rejected by the engine's rules or the "
+                "space's constraints; it leaves nearly nothing to launch (check its constraints)"
+            )
+        if self.confirm:
+            self._queue_final(counted)
+        trial = budget.ask(self.study)
+        TrialWriter(trial).owner(ownership.current().as_dict())
+        return trial
 
     def _run_trial(self, trial: optuna.Trial) -> None:
         frozen: FrozenTrial | None = None
@@ -212,6 +254,29 @@ class Search:
                 frozen = self.study.tell(trial, value)
         if self.on_trial and frozen is not None:
             self.on_trial(self.study, frozen)
+        if frozen is not None:
+            self._after_launch(frozen)
+
+    def _after_launch(self, frozen: FrozenTrial) -> None:
+        """Queue again a configuration whose launch failed for the host's reasons, and stop
+        the study when launches keep failing the same way whatever the parameters."""
+        failure_class = frozen.user_attrs.get(trial_record.FAILURE_CLASS)
+        if failure_class not in SETUP_CLASSES:
+            if trial_record.outcome(frozen) not in ("infeasible", "reused"):
+                self._setup_failures.clear()
+            return
+        budget.requeue(self.study, frozen)
+        reason = str(frozen.user_attrs.get(trial_record.REASON, ""))
+        cause = re.sub(r"trial-\d+", "trial", reason)
+        self._setup_failures.append((cause, frozen.user_attrs.get(trial_record.LOG_PATH)))
+        causes = [c for c, _ in self._setup_failures]
+        same = len(causes) >= SETUP_STOP_SAME and len(set(causes[-SETUP_STOP_SAME:])) == 1
+        if same or len(causes) >= SETUP_STOP_ANY:
+            raise StudyStopped(
+                f"{len(causes)} launches in a row failed the same way whatever their settings; the host "
+                f"is not set up to run the server: {reason}",
+                log_path=self._setup_failures[-1][1],
+            )
 
     def final_window(self) -> int:
         """Trials at the end of the budget that settle the recommendation (at least one when
@@ -296,9 +361,8 @@ class Search:
         """An interrupted trial is failed with reason ``interrupted``; its configuration is
         queued again so that rerunning the command measures it."""
         TrialWriter(trial).interrupted()
-        self.study.tell(trial, state=TrialState.FAIL)
-        if trial.params:
-            self.study.enqueue_trial(dict(trial.params), skip_if_exists=False)
+        frozen = self.study.tell(trial, state=TrialState.FAIL)
+        budget.requeue(self.study, frozen)
 
     # --- one trial ----------------------------------------------------------------------
     def _objective(self, trial: optuna.Trial) -> float | tuple[float, float]:
@@ -355,6 +419,7 @@ class Search:
             m.log_tail,
             m.server_info,
         )
+        record.ran_on(m.log_path, m.python)
         if m.status == "failed":
             assert m.failure is not None
             return self._failed(trial, m.failure)
@@ -424,6 +489,7 @@ class Search:
         for t in self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)):
             if (
                 t.number != number
+                and budget.has_verdict(t)
                 and trial_record.config_key(t) == key
                 and trial_record.reused_from(t) is None
             ):

@@ -42,6 +42,13 @@ SECRET_WORDS = frozenset(
 )
 
 _PYTHON = re.compile(r"^python(\d+(\.\d+)?)?$")
+
+
+def is_python(argv0: str) -> bool:
+    """``argv0`` names a Python interpreter (``python``, ``python3``, ``/opt/venv/bin/python3.11``)."""
+    return bool(_PYTHON.match(argv0.rsplit("/", 1)[-1]))
+
+
 _ENV_ASSIGNMENT = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$", re.DOTALL)
 _C_ESCAPES = {
     "\\": "\\\\",
@@ -110,10 +117,14 @@ def _single_line(text: str) -> str:
     return " ".join(text.split())
 
 
-def _executable(argv0: str, python: str | None) -> str:
-    if python is not None and _PYTHON.match(argv0.rsplit("/", 1)[-1]):
-        exe = python
-    elif argv0.startswith("/"):
+def _executable(argv0: str, python: str | None) -> list[str]:
+    """The program words of ``ExecStart=``: the interpreter (``python``, which may be a
+    command such as ``/usr/bin/env python3``) for a Python ``argv0``, else ``argv0``."""
+    if python is not None and is_python(argv0):
+        exe, *lead = python.split()
+        _check_executable(exe)
+        return [exe, *lead]
+    if argv0.startswith("/"):
         exe = argv0
     else:
         exe = shutil.which(argv0) or ""
@@ -122,11 +133,15 @@ def _executable(argv0: str, python: str | None) -> str:
                 f"systemd needs an absolute path to {argv0!r}, which is not on PATH here: "
                 "give an absolute command (or the python interpreter for the unit)"
             )
+    _check_executable(exe)
+    return [exe]
+
+
+def _check_executable(exe: str) -> None:
     if not exe.startswith("/"):
         raise ValueError(f"systemd needs an absolute path to the executable, not {exe!r}")
     if "%" in exe or "$" in exe:
         raise ValueError(f"systemd does not expand or unescape '%'/'$' in the executable path: {exe!r}")
-    return exe
 
 
 def _hide_secret_flags(argv: Sequence[str]) -> tuple[list[tuple[str, bool]], list[str]]:
@@ -194,7 +209,7 @@ def render_systemd_unit(
     if user is not None and (not user or any(ch.isspace() for ch in user)):
         raise ValueError(f"not a user name: {user!r}")
 
-    exe = _executable(spec.argv[0], python)
+    exe, *lead = _executable(spec.argv[0], python)
     words, secret_notes = _hide_secret_flags(spec.argv[1:])
     quoted = [systemd_quote(w, expand=is_ref) for w, is_ref in words]
 
@@ -222,7 +237,7 @@ def render_systemd_unit(
         else:
             lines.append(_environment_line(name, value))
     lines += [f"# {note}" for note in secret_notes]
-    command = _group_words([systemd_quote(exe), *quoted])
+    command = _group_words([systemd_quote(exe), *(systemd_quote(w) for w in lead), *quoted])
     lines.append("ExecStart=" + " \\\n    ".join(command))
     lines += [
         f"Restart={restart}",

@@ -21,6 +21,8 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
+from tuner import redact
+
 # --- attribute keys ---------------------------------------------------------------------
 #: What happened: complete, reused, pruned, infeasible or failed.
 OUTCOME = "outcome"
@@ -61,6 +63,14 @@ PARTIAL_VALUE = "partial_value"
 #: ``proxy`` (the screening levels only, :mod:`tuner.fidelity`). Queued trials carry it as a
 #: request. Trials of older studies measured the whole workload: ``target``.
 FIDELITY = "fidelity"
+#: The process that ran the trial (:class:`tuner.ownership.Owner` as a dict).
+OWNER = "owner"
+#: The server log of the trial, where the launcher wrote it.
+LOG_PATH = "log_path"
+#: The interpreter of the launch command on the host that ran it (absolute path).
+PYTHON = "python"
+#: Attributes a queued-again trial keeps from the trial it replaces.
+QUEUE_ATTRS = (REPEAT_OF, MODEL_PICK, FIDELITY)
 
 # --- the study's own attributes -----------------------------------------------------------
 STUDY_SPACE = "space"
@@ -84,7 +94,10 @@ REASON_CHARS = 300
 
 # --- reading one attribute of a frozen trial (cheap: no record built) --------------------
 def outcome(t: FrozenTrial) -> str:
-    """The trial's outcome; the state's name where the trial recorded none (an error)."""
+    """The trial's outcome; ``stale`` for a trial Optuna failed (its worker stopped
+    beating), else the state's name where the trial recorded none."""
+    if OUTCOME not in t.user_attrs and t.state == TrialState.FAIL:
+        return "stale"
     return str(t.user_attrs.get(OUTCOME, t.state.name.lower()))
 
 
@@ -294,14 +307,50 @@ def queued_model_pick(leader: int) -> dict[str, Any]:
     return {MODEL_PICK: leader, FIDELITY: "target"}
 
 
-class TrialWriter:
-    """The one place that stores a trial's attributes (the search loop's trial)."""
+class _StoredTrial:
+    """A running trial of the storage, written without an :class:`optuna.Trial` (another
+    process's trial, reaped when that process died)."""
 
-    def __init__(self, trial: optuna.Trial):
+    def __init__(self, storage: optuna.storages.BaseStorage, trial_id: int):
+        self.storage, self.trial_id = storage, trial_id
+
+    def set_user_attr(self, key: str, value: Any) -> None:
+        self.storage.set_trial_user_attr(self.trial_id, key, value)
+
+    @property
+    def user_attrs(self) -> dict[str, Any]:
+        return self.storage.get_trial(self.trial_id).user_attrs
+
+
+class TrialWriter:
+    """The one place that stores a trial's attributes (the search loop's trial).
+
+    Every value passes the redaction step (:mod:`tuner.redact`): a server log tail or a
+    failure message never stores a known secret.
+    """
+
+    def __init__(self, trial: optuna.Trial | _StoredTrial):
         self.trial = trial
 
+    @classmethod
+    def stored(cls, storage: optuna.storages.BaseStorage, trial_id: int) -> TrialWriter:
+        """A writer for a running trial known only by its id."""
+        return cls(_StoredTrial(storage, trial_id))
+
     def _set(self, key: str, value: Any) -> None:
-        self.trial.set_user_attr(key, value)
+        self.trial.set_user_attr(key, redact.deep(value))
+
+    def owner(self, owner: Mapping[str, Any]) -> None:
+        """The process running the trial (:mod:`tuner.ownership`)."""
+        self._set(OWNER, dict(owner))
+
+    def ran_on(self, log_path: str | None, python: str | None) -> None:
+        """Where the server's log is, and the launch command's interpreter on the host that
+        ran it (what ``tuner best`` writes into the unit)."""
+        if log_path:
+            self._set(LOG_PATH, log_path)
+        if python:
+            self._set(PYTHON, python)
 
     @property
     def repeats(self) -> bool:
@@ -354,6 +403,9 @@ class TrialWriter:
 
     def interrupted(self) -> None:
         self.failed("interrupted", "interrupted: the run was stopped (Ctrl-C or SIGTERM)")
+
+    def orphaned(self, who: str) -> None:
+        self.failed("orphaned", f"orphaned: the run that ran it ({who}) died; its configuration is queued")
 
     def pruned(self, reason: str, partial: float | None) -> None:
         self._set(OUTCOME, "pruned")

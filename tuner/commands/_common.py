@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import shlex
 
 from tuner.errors import UsageError
@@ -84,4 +85,31 @@ def server_flags(words: list[str]) -> list[str]:
 def add_study_args(p: argparse.ArgumentParser) -> None:
     """``--study`` and ``--storage`` of the commands that read an existing study."""
     p.add_argument("--study", help="study name (default: the newest study in ./studies)")
-    p.add_argument("--storage", help="Optuna storage URL (default: the study's database in ./studies)")
+    p.add_argument(
+        "--storage",
+        help="Optuna storage URL (default: the storage setting: TUNER_STORAGE, .env or tuner.toml; "
+        "else the study's database in ./studies)",
+    )
+
+
+def study_storage(args: argparse.Namespace) -> str | None:
+    """The storage a command reads, exactly as ``tuner search`` finds it: ``--storage``,
+    else the ``storage`` setting (``TUNER_STORAGE``, ``.env``, ``tuner.toml``), else None
+    (the study's database under ./studies)."""
+    from tuner.settings import load as load_settings
+
+    return args.storage or load_settings().storage_url()
+
+
+#: Largest simulator noise accepted: a relative standard deviation of 100%.
+MAX_NOISE = 1.0
+#: Seeds are numpy seeds: 0 .. 2**32 - 1.
+MAX_SEED = 2**32 - 1
+
+
+def check_seed_and_noise(seed: int | None, noise: float) -> None:
+    """Refuse a seed numpy cannot take and a noise that is not a relative deviation."""
+    if seed is not None and not 0 <= seed <= MAX_SEED:
+        raise UsageError(f"--seed must be 0..{MAX_SEED}, not {seed}")
+    if not (math.isfinite(noise) and 0 <= noise <= MAX_NOISE):
+        raise UsageError(f"--noise must be between 0 and {MAX_NOISE:g} (a relative deviation), not {noise:g}")

@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from tuner.commands._common import add_study_args
+from tuner.commands._common import add_study_args, study_storage
 from tuner.deployment import launch_spec, shell_text, unit_text
 from tuner.errors import UsageError
 from tuner.settings import load as load_settings
@@ -35,14 +35,15 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--python",
         metavar="PATH",
         help="absolute interpreter path for the unit's ExecStart on the target host "
-        "(default: the space's launch.python, TUNER_PYTHON, else python3 as found here)",
+        "(default: TUNER_PYTHON, else the interpreter the trial's host ran, else the space's "
+        "launch.python, else /usr/bin/env python3)",
     )
     p.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
     try:
-        study = load_study(args.study, args.storage)
+        study = load_study(args.study, study_storage(args))
     except LookupError as exc:
         raise UsageError(str(exc)) from exc
     found = verdict(study)
@@ -83,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
         text = shell_text(rec, info)
 
     else:
-        python = args.python or info.unit.get("python") or load_settings().python
+        python = args.python or load_settings().python
         text = unit_text(study.study_name, rec, info, python=python, notes=found.lines())
     if args.output:
         args.output.write_text(text if text.endswith("\n") else text + "\n")

@@ -24,15 +24,18 @@ from __future__ import annotations
 import argparse
 import ipaddress
 import signal
+import socket
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from socketserver import ThreadingMixIn
 from types import FrameType
+from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from loguru import logger
 
-from tuner.commands._common import add_study_args
+from tuner.commands._common import add_study_args, study_storage
 from tuner.errors import UsageError
 
 
@@ -89,6 +92,42 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+#: Names a browser on this machine uses for a loopback server.
+LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
+
+
+def allowed_hosts(bound: str) -> frozenset[str]:
+    """``Host:`` names the dashboard answers: loopback names, and the address it was bound
+    to (a wildcard bind adds this machine's host name). Any other name is a page from
+    another site reaching it through DNS rebinding, which could read the study."""
+    names = set(LOOPBACK_NAMES)
+    if bound in ("", "0.0.0.0", "::"):
+        names.add(socket.gethostname().lower())
+    else:
+        names.add(bound.lower().strip("[]"))
+    return frozenset(names)
+
+
+def host_name(header: str) -> str:
+    """The name of a ``Host:`` header, without its port (``[::1]:8080`` -> ``::1``)."""
+    header = header.strip().lower()
+    if header.startswith("["):
+        return header[1:].split("]", 1)[0]
+    return header.rsplit(":", 1)[0] if header.count(":") == 1 else header
+
+
+def check_host(app: Callable[..., Any], allowed: frozenset[str]) -> Callable[..., Any]:
+    """WSGI middleware: 403 for a request whose ``Host:`` is not in ``allowed``."""
+
+    def guarded(environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
+        if host_name(environ.get("HTTP_HOST", "")) not in allowed:
+            start_response("403 Forbidden", [("Content-Type", "text/plain")])
+            return [b"forbidden: unknown Host header\n"]
+        return app(environ, start_response)
+
+    return guarded
+
+
 def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt
 
@@ -111,8 +150,8 @@ def run(args: argparse.Namespace) -> int:
     if not 0 <= args.port <= 65535:
         raise UsageError(f"--port must be 0..65535, not {args.port}")
     try:
-        url, _ = resolve_storage(args.study, args.storage)
-        study = load_study(args.study, args.storage)
+        url, _ = resolve_storage(args.study, study_storage(args))
+        study = load_study(args.study, study_storage(args))
     except LookupError as exc:
         raise UsageError(str(exc)) from exc
     artifact_dir = args.artifact_dir or default_artifact_dir(url, study.study_name)
@@ -121,7 +160,10 @@ def run(args: argparse.Namespace) -> int:
     # The dashboard reads the database itself, not through Optuna's per-process cache.
     storage = getattr(study._storage, "_backend", study._storage)
     study_id = storage.get_study_id_from_name(study.study_name)
-    app = optuna_dashboard.wsgi(storage, artifact_store=FileSystemArtifactStore(artifact_dir))
+    app = check_host(
+        optuna_dashboard.wsgi(storage, artifact_store=FileSystemArtifactStore(artifact_dir)),
+        allowed_hosts(args.host),
+    )
     try:
         server = make_server(
             args.host, args.port, app, server_class=_ThreadingWSGIServer, handler_class=_QuietHandler

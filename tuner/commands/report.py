@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from tuner.commands._common import add_study_args
+from tuner.commands._common import add_study_args, study_storage
 from tuner.errors import UsageError
 
 DEFAULT_HTML = Path("report.html")
@@ -38,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
 
     tuner_logging.ensure_setup()
     try:
-        study = load_study(args.study, args.storage)
+        study = load_study(args.study, study_storage(args))
     except LookupError as exc:
         raise UsageError(str(exc)) from exc
     try:

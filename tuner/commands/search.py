@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -10,9 +11,11 @@ from pathlib import Path
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
+from tuner import budget, redact, trial_record, watchdog
 from tuner import logging as tuner_logging
-from tuner import trial_record
 from tuner.annotate import TrialAnnotator, annotate_study, default_artifact_dir
+from tuner.budget import StudyStopped
+from tuner.commands._common import check_seed_and_noise
 from tuner.deployment import DEFAULT_ENGINE
 from tuner.errors import UsageError
 from tuner.measurers import (
@@ -30,7 +33,7 @@ from tuner.settings import load as load_settings
 from tuner.sim.serving import DEFAULT_NOISE
 from tuner.space import DEFAULT_SPACE, Space, load_space, resolve_space
 from tuner.statement import backend_of, speedup, statement_lines
-from tuner.storage import STUDIES_DIR, default_storage_url, redact_url
+from tuner.storage import STUDIES_DIR, check_study_name, default_storage_url, redact_url
 from tuner.study import Search, default_study_name
 from tuner.transports.ssh import SshTransport
 from tuner.trial_record import StudyInfo
@@ -119,6 +122,23 @@ def register(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="print the expected server time and GPU hours of the budget, then stop (launches nothing)",
     )
+    p.add_argument(
+        "--stall-timeout",
+        type=float,
+        default=None,
+        metavar="S",
+        help="a level with requests in flight and no token for S seconds is a hung server: the trial "
+        f"fails as hang (default {watchdog.DEFAULT_STALL_S:.0f}; settings: TUNER_STALL_S)",
+    )
+    p.add_argument(
+        "--level-timeout",
+        type=float,
+        default=None,
+        metavar="S",
+        help="deadline of one sweep level (default: derived from the workload, "
+        f"{watchdog.LEVEL_BASE_S:.0f} s + max_tokens x {watchdog.SLOWEST_STEP_S:g} s + its window; "
+        "settings: TUNER_LEVEL_TIMEOUT_S)",
+    )
     p.add_argument("--unit-dir", metavar="DIR", help="systemd backend: where trial units are written")
     p.add_argument("--noise", type=float, default=DEFAULT_NOISE, help="simulator noise (sim backend)")
     p.add_argument("--no-prune", action="store_true", help="measure every level of every trial")
@@ -169,8 +189,7 @@ def make_objective(space: Space, args: argparse.Namespace) -> Objective:
 
 
 def make_measurer(space: Space, args: argparse.Namespace, study_name: str, settings: Settings) -> Measurer:
-    if args.noise < 0:
-        raise UsageError("--noise must be >= 0")
+    check_seed_and_noise(args.seed, args.noise)
     if args.backend == "sim":
         if not space.engine.simulated:
             raise UsageError(
@@ -185,6 +204,10 @@ def make_measurer(space: Space, args: argparse.Namespace, study_name: str, setti
     timeout = args.health_timeout if args.health_timeout is not None else settings.health_timeout_s
     if timeout <= 0:
         raise UsageError("--health-timeout must be positive")
+    stall_s = args.stall_timeout if args.stall_timeout is not None else settings.stall_s
+    level_s = args.level_timeout if args.level_timeout is not None else settings.level_timeout_s
+    if stall_s <= 0 or (level_s is not None and level_s <= 0):
+        raise UsageError("--stall-timeout and --level-timeout must be positive")
     options = {"unit_dir": args.unit_dir} if args.backend == "systemd" and args.unit_dir else {}
     pool: list = [None]
     if hosts:
@@ -198,8 +221,30 @@ def make_measurer(space: Space, args: argparse.Namespace, study_name: str, setti
         health_timeout_s=timeout,
         hosts=pool,
         launcher_options=options,
-        secret_env=settings.secret_env(),
+        # The token reaches only servers whose space asks for it (launch.hf_token).
+        secret_env=settings.secret_env() if space.launch.hf_token else {},
+        stall_s=stall_s,
+        level_timeout_s=level_s,
+        python=space.launch.python,
     )
+
+
+def claim_local_slot(space: Space) -> None:
+    """``--backend local``: hold the port the space's servers listen on for this run, so a
+    second search on this host refuses at once instead of stopping this one's servers."""
+    from tuner.launchers.base import bind_address
+    from tuner.launchers.local import claim_slot
+
+    try:
+        spec = space.render(space.complete({}))
+    except ValueError:
+        return  # the first trial's launch claims it
+    claim_slot(bind_address(spec)[1])
+
+
+#: Exit status of a study stopped before its budget (a setup error, a space that rejects
+#: every proposal): nothing more can be learned until a person changes something.
+EXIT_STOPPED = 3
 
 
 def run(args: argparse.Namespace) -> int:
@@ -211,8 +256,10 @@ def run(args: argparse.Namespace) -> int:
     tuner_logging.setup(args.log_level or settings.log_level, args.log_file)
     space = load_space(resolve_space(args.space))
     objective = make_objective(space, args)
-    study_name = args.study or default_study_name(space, objective)
+    study_name = check_study_name(args.study or default_study_name(space, objective))
     measurer = make_measurer(space, args, study_name, settings)
+    if args.backend == "local":
+        claim_local_slot(space)
     workers = args.workers or settings.workers
     if workers < 1:
         raise UsageError("--workers must be at least 1")
@@ -281,15 +328,27 @@ def run(args: argparse.Namespace) -> int:
     started = time.monotonic()
     progress.start(args.budget, already)
     interrupted = False
+    stopped: StudyStopped | None = None
     try:
         search.run(workers=workers)
     except (KeyboardInterrupt, Interrupted):
         interrupted = True
+    except StudyStopped as exc:
+        stopped = exc
     finally:
         progress.close()
     summary(search.study, objective, time.monotonic() - started, study_name, args.storage)
     if annotator is not None:
         annotate_study(search.study, default_artifact_dir(storage, study_name))
+    if stopped is not None:
+        print(f"study stopped: {redact.text(str(stopped))}", file=sys.stderr)
+        if stopped.log_path:
+            print(f"server log: {stopped.log_path}", file=sys.stderr)
+        print(
+            "fix the cause and run the same command again: the failed launches are queued again",
+            file=sys.stderr,
+        )
+        return EXIT_STOPPED
     if interrupted:
         print(
             "interrupted: servers stopped, the running trial recorded as interrupted and queued again; "
@@ -318,10 +377,14 @@ def summary(
     trials = study.get_trials(deepcopy=False)
     finished = [t for t in trials if t.state.is_finished()]
     counts: dict[str, int] = {}
+    others: dict[str, int] = {}
     for t in finished:
         o = trial_record.outcome(t)
+        if o == "failed" and not budget.has_verdict(t):
+            o = str(t.user_attrs.get(trial_record.FAILURE_CLASS, o))
         o = "refused before launch" if o == "infeasible" else o
-        counts[o] = counts.get(o, 0) + 1
+        tally = counts if budget.has_verdict(t) else others
+        tally[o] = tally.get(o, 0) + 1
     server_s = sum(trial_record.server_s(t) for t in finished)
     k = speedup(info.backend)
     if info.backend and info.backend.get("kind") == "simulated":
@@ -331,10 +394,9 @@ def summary(
         server = f"server time {_hours(server_s)} (emulator at {k:g}x: ~{modelled} on the modelled host)"
     else:
         server = f"server time {_hours(server_s)}"
-    print(
-        f"\n{len(finished)} trials ({', '.join(f'{v} {k}' for k, v in sorted(counts.items()))}); "
-        f"{server}; this run {elapsed:.1f} s"
-    )
+    aside = "; not counted: " + ", ".join(f"{v} {k}" for k, v in sorted(others.items())) if others else ""
+    outcomes = ", ".join(f"{v} {k}" for k, v in sorted(counts.items()))
+    print(f"\n{sum(counts.values())} trials ({outcomes}){aside}; {server}; this run {elapsed:.1f} s")
     queued = sum(1 for t in trials if t.state == TrialState.WAITING)
     if queued:
         print(
@@ -364,15 +426,15 @@ def summary(
     print("  flags: " + " ".join(best.argv))
     if best.env:
         print("  env:   " + " ".join(f"{k}={v}" for k, v in best.env.items()))
-    where = f" --study {study_name}" + (f" --storage '{redact_url(storage)}'" if storage else "")
     engine = info.engine or DEFAULT_ENGINE
-    print(f"unit file: tuner best{where} > {engine}.service")
+    print(f"unit file: tuner best{storage_hint(study_name, storage)} > {engine}.service")
 
 
 def cost_lines(space: Space, budget: int, startup_s: float | None, backend: dict) -> list[str]:
-    """What a budget costs before anything runs: start-up plus one full sweep per trial
-    (the sweep timed by the simulator on the space's first start configuration), in server
-    hours and GPU hours. An upper bound: pruned trials stop early, refused ones cost nothing."""
+    """What a budget costs before anything runs: start-up plus one screening sweep (the
+    space's proxy, :mod:`tuner.fidelity`) per trial, timed by the simulator on the space's first
+    start configuration, in server hours and GPU hours. Pruned trials stop early and refused
+    ones cost nothing; the finalists measured on the whole target cost more."""
     startup = SIM_STARTUP_S if startup_s is None else startup_s
     sweep_s: float | None = None
     if space.engine.simulated:
@@ -380,7 +442,7 @@ def cost_lines(space: Space, budget: int, startup_s: float | None, backend: dict
         try:
             spec = space.render(points[0])
             m = SimMeasurer(space.hardware, space.model, noise=0.0, startup_s=0.0).measure(
-                spec, space.workload, Objective(), trial_label="dry-run", seed=0, on_level=lambda *a: True
+                spec, space.proxy, Objective(), trial_label="dry-run", seed=0, on_level=lambda *a: True
             )
             sweep_s = m.server_s if m.status == "ok" else None
         except Exception:  # a start configuration the simulator refuses: no sweep estimate
@@ -391,10 +453,22 @@ def cost_lines(space: Space, budget: int, startup_s: float | None, backend: dict
     per_trial = startup + (sweep_s or 0.0)
     total = budget * per_trial
     gpus = space.gpu_count
-    sweep = f"sweep ~{sweep_s:.0f} s (simulated)" if sweep_s is not None else "sweep time unknown"
+    sweep = f"screening sweep ~{sweep_s:.0f} s (simulated)" if sweep_s is not None else "sweep time unknown"
     return [
         f"expected cost of --budget {budget}: {budget} x (start-up {startup:.0f} s + {sweep}) "
         f"= {total / 3600:.1f} h of server time = {total * gpus / 3600:.1f} GPU hours on {gpus} GPUs",
         "  (an upper bound: pruned trials stop early, refused and reused ones launch nothing; "
         "--startup-s S sets the start-up time)",
     ]
+
+
+def storage_hint(study_name: str, storage: str | None) -> str:
+    """The ``--study``/``--storage`` words of a printed command that works when copied:
+    a URL with a password is never printed (not even masked); the command names the
+    setting that holds it instead (``TUNER_STORAGE``, which every command reads)."""
+    where = f" --study {study_name}"
+    if storage is None:
+        return where  # the default database, or the storage setting: read the same way
+    if redact.url_password(storage):
+        return where + ' --storage "$TUNER_STORAGE"  # TUNER_STORAGE: the --storage URL (has a password)'
+    return where + f" --storage {shlex.quote(storage)}"

@@ -5,7 +5,13 @@ from __future__ import annotations
 import argparse
 
 from tuner import profiles
-from tuner.commands._common import add_workload_args, parse_env_pairs, server_flags, workload_from_args
+from tuner.commands._common import (
+    add_workload_args,
+    check_seed_and_noise,
+    parse_env_pairs,
+    server_flags,
+    workload_from_args,
+)
 from tuner.errors import UsageError
 from tuner.failures import LaunchFailure
 from tuner.metrics import summarize
@@ -44,10 +50,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(handler=run)
 
 
+#: Exit status when the simulated launch fails (the reason is printed).
+EXIT_LAUNCH_FAILED = 1
+
+
 def run(args: argparse.Namespace) -> int:
     flags = server_flags(args.flags)
-    if args.noise < 0:
-        raise UsageError("--noise must be >= 0")
+    check_seed_and_noise(args.seed, args.noise)
     workload = workload_from_args(args)
     env = parse_env_pairs(args.env)
     try:
@@ -62,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
             print(failure_json(exc.reason, exc.message))
         else:
             print(f"launch failed ({exc.reason}): {exc.message}")
-        return 0
+        return EXIT_LAUNCH_FAILED
     levels = [summarize(lv) for lv in simulate_sweep(model, workload, seed=args.seed, noise=args.noise)]
     if args.json:
         print(levels_json(levels, model.server_info()))

@@ -11,7 +11,7 @@ from typing import Any
 
 from optuna.trial import FrozenTrial, TrialState
 
-from tuner.commands._common import add_study_args
+from tuner.commands._common import add_study_args, study_storage
 from tuner.deployment import DEFAULT_ENGINE
 from tuner.errors import UsageError
 from tuner.estimates import best_record
@@ -185,7 +185,7 @@ def run(args: argparse.Namespace) -> int:
     if bad:
         raise UsageError(f"--state: unknown state(s) {', '.join(bad)}; one of {', '.join(STATES)}")
     try:
-        study = load_study(args.study, args.storage)
+        study = load_study(args.study, study_storage(args))
     except LookupError as exc:
         raise UsageError(str(exc)) from exc
     info = StudyInfo.of(study.user_attrs)

@@ -16,6 +16,7 @@ stopped by an ``atexit`` hook.
 from __future__ import annotations
 
 import atexit
+import shutil
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
@@ -182,6 +183,26 @@ class Launcher(ABC):
         SIGKILL. Always safe to call, idempotent, never raises."""
 
     # -- shared behaviour -------------------------------------------------------------
+
+    def interpreter(self) -> str | None:
+        """The launch command's Python interpreter, resolved on the host that runs the
+        server (an absolute path); None when the command is no Python or is not found.
+
+        This is what a unit for the trial must run: the PATH of the machine running the
+        tuner says nothing about the GPU host's.
+        """
+        from tuner.systemd_unit import is_python
+
+        if self.spec is None or not self.spec.argv or not is_python(self.spec.argv[0]):
+            return None
+        argv0 = self.spec.argv[0]
+        if argv0.startswith("/"):
+            return argv0
+        transport = getattr(self, "transport", None)
+        try:
+            return transport.which(argv0) if transport is not None else shutil.which(argv0)
+        except LaunchFailure:
+            return None
 
     def wait_healthy(
         self, timeout_s: float, *, poll_s: float = 2.0, on_progress: ProgressCallback | None = None

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import fcntl
+import json
 import os
 import signal
 import subprocess
@@ -12,10 +14,12 @@ from typing import TYPE_CHECKING, Any
 
 from loguru import logger
 
+from tuner import ownership
 from tuner.errors import UsageError
 from tuner.failures import LaunchFailure
 from tuner.launchers.base import Launcher, bind_address, read_tail
 from tuner.net import connect_host, http_url, local_port_in_use
+from tuner.server_env import server_environment
 
 if TYPE_CHECKING:
     from tuner.engines.base import Engine, LaunchSpec
@@ -58,6 +62,7 @@ def stop_process_group(proc: subprocess.Popen, grace_s: float) -> None:
     deadline = time.monotonic() + grace_s
     with contextlib.suppress(ProcessLookupError):
         os.killpg(pgid, signal.SIGTERM)
+        os.killpg(pgid, signal.SIGCONT)  # a stopped (SIGSTOP) server must run to handle its SIGTERM
     try:
         while time.monotonic() < deadline:
             proc.poll()  # reap the leader, so that it does not keep the group "alive"
@@ -83,36 +88,93 @@ def _kill_group(proc: subprocess.Popen, pgid: int) -> None:
 
 
 #: Environment variable carrying the port a launched server was started for.
-SLOT_ENV = "TUNER_SLOT"
+#: Not a ``TUNER_*`` name: a server never gets those (:mod:`tuner.server_env`).
+SLOT_ENV = "LLM_TUNER_SLOT"
+
+
+def _slot_dir() -> Path:
+    base = os.environ.get("XDG_RUNTIME_DIR") or str(Path.home() / ".cache")
+    return Path(base) / "tuner"
 
 
 def pid_file(port: int) -> Path:
-    """Where the pid of the local server launched for ``port`` is kept between runs."""
-    base = os.environ.get("XDG_RUNTIME_DIR") or str(Path.home() / ".cache")
-    return Path(base) / "tuner" / f"local-{port}.pid"
+    """Where the local server launched for ``port`` and its owner are kept between runs."""
+    return _slot_dir() / f"local-{port}.pid"
+
+
+#: Lock files of the slots (ports) this process holds, kept open for its whole life.
+_CLAIMED: dict[int, int] = {}
+
+
+class SlotTaken(UsageError):
+    """Another live tuner process on this host runs servers on the same port."""
+
+
+def claim_slot(port: int) -> None:
+    """Hold ``port`` for this process until it exits (an ``flock``, released by the kernel
+    when the process dies, however it dies).
+
+    Two searches on one host launching servers on one port would stop each other's
+    servers; the second one is refused with the first one's owner named. Raises
+    :class:`SlotTaken` (a usage error: exit 2, nothing launched).
+    """
+    if port in _CLAIMED:
+        return
+    path = _slot_dir() / f"local-{port}.lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = ownership.Owner.of(_read_json(path))
+        os.close(fd)
+        who = holder.describe() if holder else "another process"
+        raise SlotTaken(
+            f"port {port} is in use by another tuner run on this host ({who}); wait for it to finish, "
+            "or give this search another --port in its space (a separate slot)"
+        ) from None
+    os.ftruncate(fd, 0)
+    os.write(fd, json.dumps(ownership.current().as_dict()).encode())
+    _CLAIMED[port] = fd
+
+
+def _read_json(path: Path) -> object:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
 
 
 def stop_leftover(port: int, grace_s: float) -> bool:
-    """Stop a server an earlier run (a killed worker, say) left behind on ``port``.
+    """Stop a server an earlier run left behind on ``port`` (a killed worker, say).
 
-    It is only stopped when its process still carries this tuner's slot marker for that
-    port in its environment, so a reused pid of an unrelated process is never signalled.
-    Returns True when a leftover was found and stopped.
+    Only when the run that started it is dead (:mod:`tuner.ownership`): a live run's
+    server is never stopped, it is reported as ``port-busy``. And only when the process
+    still carries this tuner's slot marker for that port in its environment, so a reused
+    pid of an unrelated process is never signalled. Returns True when a leftover was
+    found and stopped.
     """
     path = pid_file(port)
+    data = _read_json(path)
     try:
-        pid = int(path.read_text().split()[0])
+        pid = int(data["pgid"]) if isinstance(data, dict) else int(str(data).split()[0])
         environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-    except (OSError, ValueError, IndexError):
+    except (OSError, ValueError, IndexError, KeyError, TypeError):
         with contextlib.suppress(OSError):
             path.unlink()
         return False
     if f"{SLOT_ENV}={port}".encode() not in environ:
         path.unlink(missing_ok=True)
         return False
-    logger.warning(f"stopping a server left behind on port {port} by an earlier run (pgid {pid})")
+    owner = ownership.Owner.of(data.get("owner")) if isinstance(data, dict) else None
+    if owner is not None and owner.alive() and owner.run_id != ownership.current().run_id:
+        raise LaunchFailure(
+            "port-busy", f"port {port} is served by a live tuner run ({owner.describe()}); nothing launched"
+        )
+    logger.warning(f"stopping a server left behind on port {port} by a run that died (pgid {pid})")
     with contextlib.suppress(ProcessLookupError):
         os.killpg(pid, signal.SIGTERM)
+        os.killpg(pid, signal.SIGCONT)  # a stopped server must run to handle its SIGTERM
     deadline = time.monotonic() + grace_s
     while time.monotonic() < deadline and process_group_alive(pid):
         time.sleep(0.1)
@@ -142,8 +204,9 @@ class LocalLauncher(Launcher):
         **options: Any,
     ):
         """``cwd``: working directory of the server (default: the tuner's). The server
-        gets the tuner's environment plus ``spec.env`` (``inherit_env=False``: only
-        ``spec.env`` and ``PATH``). Other options: see :class:`Launcher`."""
+        gets the allow-listed part of the tuner's environment plus ``spec.env``
+        (:mod:`tuner.server_env`; ``inherit_env=False``: only ``spec.env`` and ``PATH``).
+        Other options: see :class:`Launcher`."""
         super().__init__(engine, **options)
         self.cwd = cwd
         self.inherit_env = inherit_env
@@ -156,13 +219,14 @@ class LocalLauncher(Launcher):
         self.proc = None
         bind_host, port = bind_address(spec)
         self._host, self._port = connect_host(bind_host), port
+        claim_slot(port)
         stop_leftover(port, self.stop_grace_s)
         if local_port_in_use(bind_host, port):
             raise LaunchFailure(
                 "port-busy", f"port {port} on {bind_host} is already in use; nothing launched"
             )
-        env = dict(os.environ) if self.inherit_env else {"PATH": os.environ.get("PATH", os.defpath)}
-        env.update(spec.env)
+        inherited = os.environ if self.inherit_env else {"PATH": os.environ.get("PATH", os.defpath)}
+        env = server_environment(inherited, spec.env)
         env[SLOT_ENV] = str(port)  # marks the server as ours, for a later run's leftover check
         with open(self.log_path, "wb") as log:
             try:
@@ -179,7 +243,9 @@ class LocalLauncher(Launcher):
                 raise UsageError(f"cannot run {spec.argv[0]!r}: {exc.strerror or exc}") from exc
         self._owned = True
         pid_file(port).parent.mkdir(parents=True, exist_ok=True)
-        pid_file(port).write_text(f"{self.proc.pid}\n")
+        pid_file(port).write_text(
+            json.dumps({"pgid": self.proc.pid, "owner": ownership.current().as_dict(), "trial": trial_label})
+        )
         self._launched()
 
     def base_url(self) -> str:
@@ -212,9 +278,9 @@ class LocalLauncher(Launcher):
             stop_process_group(self.proc, self.stop_grace_s)
         except Exception as exc:  # stop() never raises
             logger.warning(f"stopping {self.trial_label} (pgid {self.proc.pid}) failed: {exc}")
-        with contextlib.suppress(OSError):
-            if pid_file(self._port).read_text().strip() == str(self.proc.pid):
-                pid_file(self._port).unlink()
+        data = _read_json(pid_file(self._port))
+        if isinstance(data, dict) and data.get("pgid") == self.proc.pid:
+            pid_file(self._port).unlink(missing_ok=True)
 
     def _pause(self, seconds: float) -> None:
         if self.proc is None:

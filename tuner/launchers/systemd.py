@@ -165,6 +165,11 @@ class SystemdLauncher(Launcher):
             "restart": "no",
             **self.unit_options,
         }
+        if not options.get("python") and self.transport is not None:
+            # The unit runs on the remote host: its interpreter, never this machine's.
+            from tuner.deployment import ENV_PYTHON
+
+            options["python"] = self.interpreter() or ENV_PYTHON
         return render_systemd_unit(spec, **options)
 
     # -- the interface -------------------------------------------------------------

@@ -21,6 +21,7 @@ from typing import Any
 
 import httpx
 
+from tuner import watchdog
 from tuner.loadgen.sse import StreamError, consume_sse
 from tuner.loadgen.transport import FastTransport
 from tuner.request_records import RequestRecord
@@ -166,6 +167,7 @@ async def run_request(
     rec = rec or RequestRecord(start=0.0)
     rec.start = time.perf_counter()
     got_response = False
+    watchdog.request_started()
     try:
         async with asyncio.timeout(timeout_s):
             async with client.stream(
@@ -196,6 +198,8 @@ async def run_request(
         rec.error = f"http-error-{type(exc).__name__}"
     except (OSError, ValueError, UnicodeError) as exc:
         rec.error = f"client-{type(exc).__name__}"
+    finally:
+        watchdog.request_ended()
     rec.end = time.perf_counter()
     return rec
 

@@ -20,6 +20,7 @@ from collections.abc import AsyncIterator
 
 import numpy as np
 
+from tuner import watchdog
 from tuner.request_records import RequestRecord
 
 
@@ -72,6 +73,7 @@ async def consume_sse(
     clock = time.perf_counter
     async for data in chunks:
         now = clock()
+        watchdog.bytes_received()
         buf = buf + data if buf else data
         if b"\n" not in buf:
             continue

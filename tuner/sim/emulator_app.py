@@ -33,6 +33,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from tuner.sim.faults import MID_STREAM_BYTES, Faults
 from tuner.sim.model import PerfModel
 from tuner.sim.realtime import Generation, RealtimeEngine
 from tuner.trace import CHARS_PER_TOKEN
@@ -122,8 +123,11 @@ class _EventStream:
         head: bytes,
         render: Callable[[int, int], bytes],
         tail: Callable[[], bytes],
+        fault: bytes | None = None,
     ):
         self.emu, self.gen, self.head, self.render, self.tail = emu, gen, head, render, tail
+        #: Bytes that replace the second half of the stream (an injected fault), or None.
+        self.fault = fault
 
     async def __call__(self, scope: Any, receive: Callable, send: Callable) -> None:
         engine, gen = self.emu.engine, self.gen
@@ -138,6 +142,9 @@ class _EventStream:
             sent = 0
             while True:
                 v = gen.visible
+                if self.fault is not None and sent and sent >= gen.target // 2:
+                    await send({"type": "http.response.body", "body": self.fault, "more_body": False})
+                    return
                 if v > sent:
                     await send(
                         {"type": "http.response.body", "body": self.render(sent, v), "more_body": True}
@@ -174,8 +181,10 @@ class Emulator:
         noise: float,
         chunk_interval_s: float,
         max_chunks_per_s: float,
+        faults: Faults | None = None,
     ):
         self.perf = perf
+        self.faults = faults
         self.hardware = hardware
         self.model = model
         self.served_model_name = served_model_name
@@ -364,6 +373,9 @@ class Emulator:
         except _BadRequest as exc:
             return _error(400, str(exc))
         assert max_tokens is not None
+        fault = self.faults.next() if self.faults is not None else None
+        if fault in ("http-429", "http-500"):
+            return _error(int(fault.removeprefix("http-")), f"injected fault {fault}")
         prompt = estimate_prompt_tokens(texts, len(messages))
         if prompt > self.perf.memory.kv_tokens:
             return _error(
@@ -437,7 +449,9 @@ class Emulator:
                 )
             return (out + "data: [DONE]\n\n").encode()
 
-        return _EventStream(self, gen, head, render, tail)  # type: ignore[return-value]
+        return _EventStream(  # type: ignore[return-value]
+            self, gen, head, render, tail, MID_STREAM_BYTES.get(fault) if fault else None
+        )
 
     async def generate(self, request: Request) -> Response:
         """SGLang's native ``/generate``: ``text`` + ``meta_info``; streamed text is cumulative."""

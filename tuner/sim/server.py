@@ -35,6 +35,7 @@ from tuner.failures import LaunchFailure
 from tuner.net import free_port
 from tuner.sim.emulator_app import Emulator, token_text
 from tuner.sim.emulator_process import EmulatorProcess
+from tuner.sim.faults import FAULT_ENV, Faults
 from tuner.sim.model import PerfModel
 from tuner.sim.realtime import DEFAULT_CHUNK_INTERVAL_S, DEFAULT_MAX_CHUNKS_PER_S
 
@@ -152,6 +153,11 @@ async def _serve(ns: argparse.Namespace, sglang_argv: list[str]) -> int:
         except ValueError:
             sys.stderr.write(f"error: {FAIL_AFTER_ENV} must be a number of seconds\n")
             return 2
+    try:
+        faults = Faults.parse(os.environ.get(FAULT_ENV))
+    except ValueError as exc:
+        sys.stderr.write(f"error: {exc}\n")
+        return 2
     if fail_after is not None:
 
         def crash() -> None:
@@ -192,6 +198,7 @@ async def _serve(ns: argparse.Namespace, sglang_argv: list[str]) -> int:
         noise=ns.noise,
         chunk_interval_s=max(0.0, ns.chunk_ms) / 1e3,
         max_chunks_per_s=ns.max_chunks_per_s,
+        faults=faults,
     )
 
     async def wait_or_stop(seconds: float) -> bool:

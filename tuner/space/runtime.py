@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import keyword
 from collections.abc import Iterable, Iterator, Mapping
@@ -140,6 +141,40 @@ class Space:
         self._by_name = {p.name: p for p in self._params}
         self._referenced = set().union(*(p.when.names for p in self._params if p.when))
         self._check_start_points()
+        self._check_constraints()
+
+    def _check_constraints(self) -> None:
+        """Evaluate every constraint on sample configurations (the defaults, the start
+        points, each parameter's first and last values): an expression that fails on every
+        one of them (``1/0 == 1``, a comparison of a string with a number) is a problem of
+        the file, reported now rather than at a trial of a study that already exists. One
+        that fails only on some values (an unset parameter) is reported when those come."""
+        samples = [self.complete({}), *(self.complete(p) for p in self.spec.start)]
+        for name, values in self.value_lists().items():
+            for v in values[:1] + values[-1:]:
+                with contextlib.suppress(SpaceError, ValueError):
+                    samples.append(self.complete({name: v}))
+        problems: list[Problem] = []
+        envs = []
+        for sample in samples:
+            with contextlib.suppress(SpaceError, ValueError):
+                active = self.effective(sample)
+                envs.append({p.name: active.get(p.name) for p in self._params})
+        for i, (expr, _) in enumerate(self._constraints):
+            errors = []
+            for env in envs:
+                try:
+                    expr.evaluate(env)
+                except ExprError as exc:
+                    errors.append(str(exc))
+                else:
+                    break
+            if envs and len(errors) == len(envs):
+                problems.append(
+                    (f"constraints[{i}].expr", f"fails on every sample configuration: {errors[0]}")
+                )
+        if problems:
+            raise SpaceError(self.source, problems)
 
     def _check_start_points(self) -> None:
         """Refuse the file if a ``start`` configuration names an unknown parameter or a value

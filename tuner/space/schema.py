@@ -34,6 +34,8 @@ class Launch(Strict):
     env: dict[EnvName, Scalar] = Field(default_factory=dict)
     #: interpreter for rendered units: replaces command[0] when it is python/python3
     python: str | None = None
+    #: pass the Hugging Face token (setting ``hf_token``) to the server as ``HF_TOKEN``
+    hf_token: bool = False
     unit: UnitSettings = UnitSettings()
 
 

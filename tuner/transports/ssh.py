@@ -129,6 +129,12 @@ class SshTransport:
             raise LaunchFailure("unreachable", f"ssh {self.host}: {reason}")
         return done
 
+    def which(self, program: str) -> str | None:
+        """The absolute path of ``program`` on the host's PATH (a login's PATH), if found."""
+        done = self.run(f"command -v {shlex.quote(program)}", timeout_s=self.connect_timeout_s + 30)
+        path = done.stdout.decode(errors="replace").strip().splitlines()
+        return path[0] if done.returncode == 0 and path and path[0].startswith("/") else None
+
     def run_argv(
         self, argv: Sequence[str], *, input: bytes | None = None, timeout_s: float | None = None
     ) -> subprocess.CompletedProcess[bytes]:
