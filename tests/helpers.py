@@ -60,9 +60,19 @@ CHROMIUM_FLAGS = [
 #: The hand-tuned reference configuration of the default space (DESIGN: TP8 + EP8, tuned NCCL
 #: as in the reference campaign, tuner/sim/calibration.py).
 BEST = {
-    "layout": "tp8", "ep_size": 8, "moe_dense_tp_size": None, "enable_eplb": False,
-    "moe_a2a_backend": "none", "disable_cuda_graph": False, "cuda_graph_max_bs": 256,
-    "max_running_requests": 256, "num_continuous_decode_steps": 8, "mem_fraction_static": 0.88,
-    "nccl_proto": "LL", "nccl_min_nchannels": 8, "nccl_max_nchannels": 16, "nccl_nthreads": 512,
+    "layout": "tp8",
+    "ep_size": 8,
+    "moe_dense_tp_size": None,
+    "enable_eplb": False,
+    "moe_a2a_backend": "none",
+    "disable_cuda_graph": False,
+    "cuda_graph_max_bs": 256,
+    "max_running_requests": 256,
+    "num_continuous_decode_steps": 8,
+    "mem_fraction_static": 0.88,
+    "nccl_proto": "LL",
+    "nccl_min_nchannels": 8,
+    "nccl_max_nchannels": 16,
+    "nccl_nthreads": 512,
     "nccl_buffsize": 16777216,
 }

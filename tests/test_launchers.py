@@ -38,8 +38,12 @@ pytestmark = pytest.mark.timeout(60)
 
 
 def classify(log: str, returncode: int | None = 1) -> LaunchFailure:
-    return classify_failure(returncode=returncode, log_text=log, patterns=SGLANG.failure_patterns,
-                            ready_pattern=SGLANG.ready_pattern)
+    return classify_failure(
+        returncode=returncode,
+        log_text=log,
+        patterns=SGLANG.failure_patterns,
+        ready_pattern=SGLANG.ready_pattern,
+    )
 
 
 # -- classification on SGLang's own log text -----------------------------------------------
@@ -54,7 +58,7 @@ OOM_LOG = """\
 RuntimeError: Not enough memory. Please try to increase --mem-fraction-static. Current value: mem_fraction_static=0.5
 
 [2026-05-02 10:14:07] Received sigquit from a child process. It usually means the child failed.
-"""  # noqa: E501 - verbatim log lines
+"""
 
 CUDA_GRAPH_OOM_LOG = """\
 [2026-05-02 10:20:31 TP3] Capture cuda graph begin. This can take up to several minutes. avail mem=4.02 GB
@@ -73,7 +77,7 @@ Possible solutions:
 3. disable torch compile by not using --enable-torch-compile
 4. disable CUDA graph by --disable-cuda-graph. (Not recommended. Huge performance loss)
 Open an issue on GitHub https://github.com/sgl-project/sglang/issues/new/choose
-"""  # noqa: E501 - verbatim log lines
+"""
 
 ARGPARSE_LOG = """\
 usage: launch_server.py [-h] --model-path MODEL_PATH [--tokenizer-path TOKENIZER_PATH]
@@ -105,24 +109,30 @@ ValueError: Currently speculative decoding does not support pipeline parallelism
 
 READY = "[2026-05-02 10:31:02] The server is fired up and ready to roll!\n"
 
-NCCL_LOG = READY + """\
+NCCL_LOG = (
+    READY
+    + """\
 [2026-05-02 11:02:44 TP5] Scheduler hit an exception: Traceback (most recent call last):
   File "/usr/local/lib/python3.12/dist-packages/torch/distributed/distributed_c10d.py", line 2806, in all_reduce
     work = group.allreduce([tensor], opts)
 torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:3356, unhandled system error (run with NCCL_DEBUG=INFO for details), NCCL version 2.27.3
 ncclSystemError: System call (e.g. socket, malloc) or external library call failed or device error.
-"""  # noqa: E501 - verbatim log lines
+"""
+)
 
 PORT_LOG = """\
 [2026-05-02 10:40:12] INFO:     Started server process [81234]
 [2026-05-02 10:40:12] ERROR:    [Errno 98] error while attempting to bind on address ('127.0.0.1', 30000): address already in use
-"""  # noqa: E501 - verbatim log lines
+"""
 
-RUNTIME_OOM_LOG = READY + """\
+RUNTIME_OOM_LOG = (
+    READY
+    + """\
 [2026-05-02 11:30:01 TP0] Decode batch. #running-req: 256, #token: 401234, token usage: 0.97, gen throughput (token/s): 1502.11
 [2026-05-02 11:30:02 TP0] Scheduler hit an exception: Traceback (most recent call last):
 torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 896.00 MiB. GPU 0 has a total capacity of 94.97 GiB of which 612.00 MiB is free.
-"""  # noqa: E501 - verbatim log lines
+"""
+)
 
 
 @pytest.mark.parametrize(
@@ -141,8 +151,20 @@ torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 896.00 MiB. GPU 0 
         ("", -15, "crash", "SIGTERM"),
         ("loading...\n", 0, "crash", "exit status 0"),
     ],
-    ids=["oom", "cuda-graph-oom", "argparse", "unrecognized", "assert", "value-error", "nccl",
-         "port-busy", "runtime-oom", "killed", "terminated", "exit-0"],
+    ids=[
+        "oom",
+        "cuda-graph-oom",
+        "argparse",
+        "unrecognized",
+        "assert",
+        "value-error",
+        "nccl",
+        "port-busy",
+        "runtime-oom",
+        "killed",
+        "terminated",
+        "exit-0",
+    ],
 )
 def test_classify_sglang_logs(log: str, returncode: int, reason: str, needle: str) -> None:
     failure = classify(log, returncode)
@@ -207,8 +229,11 @@ def test_local_healthy_start_serves_and_stops(tmp_path: Path) -> None:
 
 def test_local_oom_launch_is_classified_oom(tmp_path: Path) -> None:
     launcher = LocalLauncher(SGLANG)
-    launcher.start(emulator_spec(free_port(), "--mem-fraction-static", "0.5"),
-                   log_path=_log(tmp_path), trial_label="trial-2")
+    launcher.start(
+        emulator_spec(free_port(), "--mem-fraction-static", "0.5"),
+        log_path=_log(tmp_path),
+        trial_label="trial-2",
+    )
     with pytest.raises(LaunchFailure) as info:
         launcher.wait_healthy(20, poll_s=0.1)
     assert info.value.reason == "oom"
@@ -219,8 +244,11 @@ def test_local_oom_launch_is_classified_oom(tmp_path: Path) -> None:
 
 def test_local_invalid_args(tmp_path: Path) -> None:
     with LocalLauncher(SGLANG) as launcher:
-        launcher.start(emulator_spec(free_port(), "--moe-dense-tp-size", "3", "--tp-size", "8"),
-                       log_path=_log(tmp_path), trial_label="trial-3")
+        launcher.start(
+            emulator_spec(free_port(), "--moe-dense-tp-size", "3", "--tp-size", "8"),
+            log_path=_log(tmp_path),
+            trial_label="trial-3",
+        )
         with pytest.raises(LaunchFailure) as info:
             launcher.wait_healthy(20, poll_s=0.1)
     assert info.value.reason == "invalid-args"
@@ -282,8 +310,10 @@ def test_local_interrupt_during_wait_stops_the_server(tmp_path: Path) -> None:
 
 
 def test_local_stop_kills_a_server_that_ignores_sigterm(tmp_path: Path) -> None:
-    script = ("import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
-              "print('up', flush=True)\ntime.sleep(60)\n")
+    script = (
+        "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+        "print('up', flush=True)\ntime.sleep(60)\n"
+    )
     spec = LaunchSpec(argv=[sys.executable, "-c", script, "--port", str(free_port())], engine="sglang")
     launcher = LocalLauncher(SGLANG, stop_grace_s=0.5)
     launcher.start(spec, log_path=_log(tmp_path), trial_label="trial-8")
@@ -338,8 +368,11 @@ def test_ssh_stops_a_leftover_server_before_starting(sshd, tmp_path: Path) -> No
 
 def test_ssh_invalid_args_classified_from_fetched_log(sshd, tmp_path: Path) -> None:
     launcher = SshLauncher(sshd.transport(), SGLANG, remote_dir=str(sshd.home / "remote"))
-    launcher.start(emulator_spec(free_port(), "--moe-dense-tp-size", "3", "--tp-size", "8"),
-                   log_path=_log(tmp_path), trial_label="trial-3")
+    launcher.start(
+        emulator_spec(free_port(), "--moe-dense-tp-size", "3", "--tp-size", "8"),
+        log_path=_log(tmp_path),
+        trial_label="trial-3",
+    )
     with pytest.raises(LaunchFailure) as info:
         launcher.wait_healthy(30, poll_s=0.2)
     assert info.value.reason == "invalid-args"
@@ -361,8 +394,13 @@ def test_ssh_port_busy_on_the_remote_host(sshd, tmp_path: Path) -> None:
 
 def test_ssh_unreachable_host(sshd, tmp_path: Path) -> None:
     closed = free_port()
-    transport = SshTransport("127.0.0.1", port=closed, connect_timeout_s=3, control_dir=sshd.control_dir,
-                             options=["UserKnownHostsFile=/dev/null", "StrictHostKeyChecking=no"])
+    transport = SshTransport(
+        "127.0.0.1",
+        port=closed,
+        connect_timeout_s=3,
+        control_dir=sshd.control_dir,
+        options=["UserKnownHostsFile=/dev/null", "StrictHostKeyChecking=no"],
+    )
     launcher = SshLauncher(transport, SGLANG)
     with pytest.raises(LaunchFailure) as info:
         launcher.start(emulator_spec(free_port()), log_path=_log(tmp_path), trial_label="trial-5")
@@ -385,8 +423,9 @@ def _verify_unit(path: Path) -> None:
 
 def test_systemd_unit_lifecycle(systemd_standin, tmp_path: Path) -> None:
     port = free_port()
-    spec = emulator_spec(port, "--max-running-requests", "256",
-                         env={"NCCL_PROTO": "LL", "NCCL_MAX_NCHANNELS": "16"})
+    spec = emulator_spec(
+        port, "--max-running-requests", "256", env={"NCCL_PROTO": "LL", "NCCL_MAX_NCHANNELS": "16"}
+    )
     unit_dir = str(systemd_standin.unit_dir)
     with make_launcher("systemd", engine=SGLANG, unit_dir=unit_dir, stop_grace_s=5) as launcher:
         launcher.start(spec, log_path=_log(tmp_path), trial_label="trial-1")
@@ -411,8 +450,11 @@ def test_systemd_unit_lifecycle(systemd_standin, tmp_path: Path) -> None:
 
 def test_systemd_failed_unit_classified_from_journal(systemd_standin, tmp_path: Path) -> None:
     launcher = make_launcher("systemd", engine=SGLANG, unit_dir=str(systemd_standin.unit_dir))
-    launcher.start(emulator_spec(free_port(), "--mem-fraction-static", "0.5"),
-                   log_path=_log(tmp_path), trial_label="trial-2")
+    launcher.start(
+        emulator_spec(free_port(), "--mem-fraction-static", "0.5"),
+        log_path=_log(tmp_path),
+        trial_label="trial-2",
+    )
     with pytest.raises(LaunchFailure) as info:
         launcher.wait_healthy(30, poll_s=0.2)
     assert info.value.reason == "oom"
@@ -436,8 +478,12 @@ def test_systemd_over_ssh(sshd, systemd_standin, tmp_path: Path) -> None:
     """The unit written, reloaded, restarted, read and stopped on the far side of ssh."""
     port = free_port()
     launcher = make_launcher(
-        "systemd", engine=SGLANG, ssh=sshd.transport(), unit_dir=str(systemd_standin.unit_dir),
-        systemctl=str(systemd_standin.systemctl), journalctl=str(systemd_standin.journalctl),
+        "systemd",
+        engine=SGLANG,
+        ssh=sshd.transport(),
+        unit_dir=str(systemd_standin.unit_dir),
+        systemctl=str(systemd_standin.systemctl),
+        journalctl=str(systemd_standin.journalctl),
         stop_grace_s=5,
     )
     with launcher:

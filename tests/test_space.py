@@ -50,10 +50,13 @@ def small(**overrides) -> dict:
             "env": {"NCCL_P2P_DISABLE": "1"},
         },
         "parameters": {
-            "layout": {"type": "categorical", "choices": {
-                "tp8": {"flags": {"--tp-size": 8}},
-                "tp4pp2": {"flags": {"--tp-size": 4, "--pp-size": 2}},
-            }},
+            "layout": {
+                "type": "categorical",
+                "choices": {
+                    "tp8": {"flags": {"--tp-size": 8}},
+                    "tp4pp2": {"flags": {"--tp-size": 4, "--pp-size": 2}},
+                },
+            },
             "ep_size": {"flag": "--ep-size", "type": "categorical", "choices": [1, 8]},
             "enable_eplb": {"flag": "--enable-eplb", "type": "bool", "when": "ep_size > 1"},
             "mem": {"flag": "--mem-fraction-static", "type": "categorical", "choices": [None, 0.9]},
@@ -93,17 +96,29 @@ def test_reference_space_loads(space):
     assert space.workload.levels[0] == 1 and len(space.workload.levels) >= 2
     assert space.objective.name == "peak"
     assert list(space.parameters) == [
-        "layout", "ep_size", "moe_dense_tp_size", "enable_eplb", "moe_a2a_backend", "deepep_mode",
-        "disable_cuda_graph", "cuda_graph_max_bs", "max_running_requests",
-        "num_continuous_decode_steps", "mem_fraction_static", "nccl_proto", "nccl_min_nchannels",
-        "nccl_max_nchannels", "nccl_nthreads", "nccl_buffsize",
+        "layout",
+        "ep_size",
+        "moe_dense_tp_size",
+        "enable_eplb",
+        "moe_a2a_backend",
+        "deepep_mode",
+        "disable_cuda_graph",
+        "cuda_graph_max_bs",
+        "max_running_requests",
+        "num_continuous_decode_steps",
+        "mem_fraction_static",
+        "nccl_proto",
+        "nccl_min_nchannels",
+        "nccl_max_nchannels",
+        "nccl_nthreads",
+        "nccl_buffsize",
     ]
 
 
 def test_every_reference_parameter_has_a_comment():
     lines = REFERENCE.read_text().splitlines()
     start = lines.index("parameters:")
-    for i, line in enumerate(lines[start + 1:], start + 1):
+    for i, line in enumerate(lines[start + 1 :], start + 1):
         if re.match(r"^  [a-z_]+:", line):
             assert lines[i - 1].lstrip().startswith("#"), f"no comment above {line.strip()}"
         if line and not line.startswith(" ") and i > start:
@@ -114,14 +129,38 @@ def test_reference_best_renders_the_hand_tuned_launch(space):
     spec = space.render(BEST)
     assert spec.engine == "sglang"
     assert spec.argv == [
-        "python3", "-m", "sglang.launch_server",
-        "--model-path", "/models/Kimi-K2.6", "--trust-remote-code", "--host", "127.0.0.1", "--port", "30001",
-        "--tp-size", "8", "--ep-size", "8", "--moe-a2a-backend", "none", "--cuda-graph-max-bs", "256",
-        "--max-running-requests", "256", "--num-continuous-decode-steps", "8",
-        "--mem-fraction-static", "0.88",
+        "python3",
+        "-m",
+        "sglang.launch_server",
+        "--model-path",
+        "/models/Kimi-K2.6",
+        "--trust-remote-code",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "30001",
+        "--tp-size",
+        "8",
+        "--ep-size",
+        "8",
+        "--moe-a2a-backend",
+        "none",
+        "--cuda-graph-max-bs",
+        "256",
+        "--max-running-requests",
+        "256",
+        "--num-continuous-decode-steps",
+        "8",
+        "--mem-fraction-static",
+        "0.88",
     ]
-    assert spec.env == {"NCCL_PROTO": "LL", "NCCL_MIN_NCHANNELS": "8", "NCCL_MAX_NCHANNELS": "16",
-                        "NCCL_NTHREADS": "512", "NCCL_BUFFSIZE": "16777216"}
+    assert spec.env == {
+        "NCCL_PROTO": "LL",
+        "NCCL_MIN_NCHANNELS": "8",
+        "NCCL_MAX_NCHANNELS": "16",
+        "NCCL_NTHREADS": "512",
+        "NCCL_BUFFSIZE": "16777216",
+    }
     assert space.check(BEST) == []
 
 
@@ -157,60 +196,127 @@ def test_unknown_keys_name_the_field_and_the_allowed_keys(tmp_path):
 @pytest.mark.parametrize(
     ("mutate", "field", "fragment"),
     [
-        (lambda d: d["parameters"]["ep_size"].update(choices="1,2"), "parameters.ep_size.choices",
-         "must be a list of values, or a mapping of bundle names"),
-        (lambda d: d["parameters"]["ep_size"].update(choices=[1, [2]]), "parameters.ep_size.choices[1]",
-         "must be null, a boolean, a number or a string, not a list"),
-        (lambda d: d["parameters"]["ep_size"].update(type="choice"), "parameters.ep_size.type",
-         "'categorical', 'bool', 'int' or 'float'"),
+        (
+            lambda d: d["parameters"]["ep_size"].update(choices="1,2"),
+            "parameters.ep_size.choices",
+            "must be a list of values, or a mapping of bundle names",
+        ),
+        (
+            lambda d: d["parameters"]["ep_size"].update(choices=[1, [2]]),
+            "parameters.ep_size.choices[1]",
+            "must be null, a boolean, a number or a string, not a list",
+        ),
+        (
+            lambda d: d["parameters"]["ep_size"].update(type="choice"),
+            "parameters.ep_size.type",
+            "'categorical', 'bool', 'int' or 'float'",
+        ),
         (lambda d: d["parameters"]["mrr"].update(low="a lot"), "parameters.mrr.low", "must be a number"),
         (lambda d: d["parameters"]["mrr"].update(step=32.5), "parameters.mrr.step", "needs an integer"),
         (lambda d: d["parameters"]["mrr"].update(high=250), "parameters.mrr.high", "not a multiple of step"),
         (lambda d: d["parameters"]["mrr"].update(low=512), "parameters.mrr.low", "above high"),
         (lambda d: d["parameters"]["mrr"].update(log=True), "parameters.mrr.log", "cannot be combined"),
         (lambda d: d["parameters"]["mrr"].pop("high"), "parameters.mrr.high", "required for a int"),
-        (lambda d: d["parameters"]["ep_size"].update(choices=[1, 2, 1]), "parameters.ep_size.choices[2]",
-         "duplicate choice 1"),
-        (lambda d: d["parameters"]["ep_size"].update(choices=[]), "parameters.ep_size.choices",
-         "at least one choice"),
-        (lambda d: d["parameters"]["ep_size"].update(env="EP"), "parameters.ep_size",
-         "exactly one of 'flag', 'env' or bundle choices"),
-        (lambda d: d["parameters"]["ep_size"].pop("flag"), "parameters.ep_size",
-         "exactly one of 'flag', 'env' or bundle choices"),
-        (lambda d: d["parameters"]["layout"].update(flag="--tp-size"), "parameters.layout",
-         "bundle choices set their own flags/env"),
-        (lambda d: d["parameters"]["ep_size"].update(flag="ep-size"), "parameters.ep_size.flag",
-         "not a flag name"),
-        (lambda d: d["parameters"]["proto"].update(env="NCCL-PROTO"), "parameters.proto.env",
-         "not an environment variable name"),
-        (lambda d: d["parameters"]["layout"]["choices"]["tp8"].update(flags={"--tp-size": {"a": 1}}),
-         "parameters.layout.choices.tp8.flags.--tp-size", "not a mapping"),
-        (lambda d: d["parameters"]["enable_eplb"].update(choices=[True]), "parameters.enable_eplb.choices",
-         "remove 'choices'"),
-        (lambda d: d["parameters"].update(tp={"flag": "--tp-size", "type": "categorical", "choices": [8]}),
-         "parameters.tp", "--tp-size is also set by parameter 'layout'"),
-        (lambda d: d["parameters"].update({"class": {"flag": "--x", "type": "bool"}}), "parameters.class",
-         "cannot be a parameter name"),
-        (lambda d: d["parameters"]["enable_eplb"].update(when="ep_size.real > 1"),
-         "parameters.enable_eplb.when", "col 8: attribute access is not allowed"),
-        (lambda d: d["parameters"]["enable_eplb"].update(when="ep > 1"), "parameters.enable_eplb.when",
-         "unknown name 'ep'; known names: enable_eplb, ep_size, layout, mem, mrr, p2p, proto"),
-        (lambda d: d["parameters"]["enable_eplb"].update(when="mrr > 128"), "parameters.enable_eplb.when",
-         "refers to mrr, not defined above 'enable_eplb'"),
-        (lambda d: d.update(constraints=[{"expr": "ep_size > 1"}, {"expr": "__import__('os')"}]),
-         "constraints[1].expr", "call to '__import__' is not allowed"),
-        (lambda d: d.update(constraints=[{"expr": "eplb and ep_size == 1"}]), "constraints[0].expr",
-         "unknown name 'eplb'"),
+        (
+            lambda d: d["parameters"]["ep_size"].update(choices=[1, 2, 1]),
+            "parameters.ep_size.choices[2]",
+            "duplicate choice 1",
+        ),
+        (
+            lambda d: d["parameters"]["ep_size"].update(choices=[]),
+            "parameters.ep_size.choices",
+            "at least one choice",
+        ),
+        (
+            lambda d: d["parameters"]["ep_size"].update(env="EP"),
+            "parameters.ep_size",
+            "exactly one of 'flag', 'env' or bundle choices",
+        ),
+        (
+            lambda d: d["parameters"]["ep_size"].pop("flag"),
+            "parameters.ep_size",
+            "exactly one of 'flag', 'env' or bundle choices",
+        ),
+        (
+            lambda d: d["parameters"]["layout"].update(flag="--tp-size"),
+            "parameters.layout",
+            "bundle choices set their own flags/env",
+        ),
+        (
+            lambda d: d["parameters"]["ep_size"].update(flag="ep-size"),
+            "parameters.ep_size.flag",
+            "not a flag name",
+        ),
+        (
+            lambda d: d["parameters"]["proto"].update(env="NCCL-PROTO"),
+            "parameters.proto.env",
+            "not an environment variable name",
+        ),
+        (
+            lambda d: d["parameters"]["layout"]["choices"]["tp8"].update(flags={"--tp-size": {"a": 1}}),
+            "parameters.layout.choices.tp8.flags.--tp-size",
+            "not a mapping",
+        ),
+        (
+            lambda d: d["parameters"]["enable_eplb"].update(choices=[True]),
+            "parameters.enable_eplb.choices",
+            "remove 'choices'",
+        ),
+        (
+            lambda d: d["parameters"].update(tp={"flag": "--tp-size", "type": "categorical", "choices": [8]}),
+            "parameters.tp",
+            "--tp-size is also set by parameter 'layout'",
+        ),
+        (
+            lambda d: d["parameters"].update({"class": {"flag": "--x", "type": "bool"}}),
+            "parameters.class",
+            "cannot be a parameter name",
+        ),
+        (
+            lambda d: d["parameters"]["enable_eplb"].update(when="ep_size.real > 1"),
+            "parameters.enable_eplb.when",
+            "col 8: attribute access is not allowed",
+        ),
+        (
+            lambda d: d["parameters"]["enable_eplb"].update(when="ep > 1"),
+            "parameters.enable_eplb.when",
+            "unknown name 'ep'; known names: enable_eplb, ep_size, layout, mem, mrr, p2p, proto",
+        ),
+        (
+            lambda d: d["parameters"]["enable_eplb"].update(when="mrr > 128"),
+            "parameters.enable_eplb.when",
+            "refers to mrr, not defined above 'enable_eplb'",
+        ),
+        (
+            lambda d: d.update(constraints=[{"expr": "ep_size > 1"}, {"expr": "__import__('os')"}]),
+            "constraints[1].expr",
+            "call to '__import__' is not allowed",
+        ),
+        (
+            lambda d: d.update(constraints=[{"expr": "eplb and ep_size == 1"}]),
+            "constraints[0].expr",
+            "unknown name 'eplb'",
+        ),
         (lambda d: d.update(engine="tgi"), "engine", "unknown engine 'tgi'; known: sglang"),
         (lambda d: d.update(hardware="dgx-b300"), "hardware", "unknown hardware profile 'dgx-b300'"),
         (lambda d: d.update(model="llama-5"), "model", "unknown models profile 'llama-5'"),
         (lambda d: d.pop("model"), "model", "required field is missing"),
         (lambda d: d["launch"].update(command=[]), "launch.command", "at least 1 item"),
         (lambda d: d["launch"].update(python="python3"), "launch.python", "absolute path"),
-        (lambda d: d["workload"].update(levels=[0, 64]) if "workload" in d else d.update(
-            workload={"levels": [0, 64]}), "workload.levels", "concurrency levels must be >= 1"),
-        (lambda d: d.update(objective={"name": "goodput", "ttft_s": 0}), "objective.ttft_s",
-         "greater than 0"),
+        (
+            lambda d: (
+                d["workload"].update(levels=[0, 64])
+                if "workload" in d
+                else d.update(workload={"levels": [0, 64]})
+            ),
+            "workload.levels",
+            "concurrency levels must be >= 1",
+        ),
+        (
+            lambda d: d.update(objective={"name": "goodput", "ttft_s": 0}),
+            "objective.ttft_s",
+            "greater than 0",
+        ),
         (lambda d: d.update(objective={"name": "fastest"}), "objective.name", "'peak', 'single'"),
     ],
 )
@@ -326,8 +432,15 @@ def test_bundles_set_several_flags(small_space):
 
 def test_tunables_override_fixed_flags_in_place_and_null_unsets(small_space):
     argv = small_space.render(BASE).argv
-    assert argv[:7] == ["python3", "-m", "sglang.launch_server", "--model-path", "/m",
-                        "--mem-fraction-static", "0.9"]
+    assert argv[:7] == [
+        "python3",
+        "-m",
+        "sglang.launch_server",
+        "--model-path",
+        "/m",
+        "--mem-fraction-static",
+        "0.9",
+    ]
     assert argv.count("--mem-fraction-static") == 1
     # null = engine default: the fixed 0.88 is dropped too
     assert "--mem-fraction-static" not in small_space.render({**BASE, "mem": None}).argv
@@ -354,8 +467,14 @@ def test_values_render_as_typed(small_space):
     assert format_value(-3.0) == "-3.0"
     assert format_value(1e-7) == "1e-07"
     assert format_value(16777216) == "16777216"
-    assert render_flags({"--a": True, "--b": False, "--c": None, "--d": [1, 2], "--e": ""}) == \
-        ["--a", "--d", "1", "2", "--e", ""]
+    assert render_flags({"--a": True, "--b": False, "--c": None, "--d": [1, 2], "--e": ""}) == [
+        "--a",
+        "--d",
+        "1",
+        "2",
+        "--e",
+        "",
+    ]
 
 
 def test_key_is_the_rendered_identity(space, small_space):
@@ -391,20 +510,39 @@ def test_render_refuses_unknown_missing_and_out_of_domain_values(space):
 def test_differences(space):
     other = {**BEST, "ep_size": 1, "nccl_proto": None, "mem_fraction_static": 0.8800000000000001}
     other.pop("enable_eplb")
-    assert space.differences(other, BEST) == {"ep_size": (1, 8), "enable_eplb": (None, False),
-                                              "nccl_proto": (None, "LL")}
+    assert space.differences(other, BEST) == {
+        "ep_size": (1, 8),
+        "enable_eplb": (None, False),
+        "nccl_proto": (None, "LL"),
+    }
     assert space.differences(BEST, BEST) == {}
 
 
 def test_coerce_command_line_values(space):
-    assert space.coerce({"ep_size": "8", "nccl_proto": "null", "layout": "tp4pp2", "enable_eplb": "true",
-                         "mem_fraction_static": "0.9", "nccl_buffsize": "16777216"}) == {
-        "ep_size": 8, "nccl_proto": None, "layout": "tp4pp2", "enable_eplb": True,
-        "mem_fraction_static": 0.9, "nccl_buffsize": 16777216}
+    assert space.coerce(
+        {
+            "ep_size": "8",
+            "nccl_proto": "null",
+            "layout": "tp4pp2",
+            "enable_eplb": "true",
+            "mem_fraction_static": "0.9",
+            "nccl_buffsize": "16777216",
+        }
+    ) == {
+        "ep_size": 8,
+        "nccl_proto": None,
+        "layout": "tp4pp2",
+        "enable_eplb": True,
+        "mem_fraction_static": 0.9,
+        "nccl_buffsize": 16777216,
+    }
     with pytest.raises(SpaceError) as info:
         space.coerce({"ep_size": "3", "nope": "1", "mem_fraction_static": "0.99"})
-    assert {f for f, _ in info.value.problems} == {"parameters.ep_size", "parameters.nope",
-                                                   "parameters.mem_fraction_static"}
+    assert {f for f, _ in info.value.problems} == {
+        "parameters.ep_size",
+        "parameters.nope",
+        "parameters.mem_fraction_static",
+    }
 
 
 # ----------------------------------------------------------------- feasibility (SGLang rules)
@@ -422,43 +560,55 @@ def test_moe_dense_tp_size_only_none_one_or_tp(space):
     assert reasons(space, moe_dense_tp_size=1) == []
     assert reasons(space, layout="tp4pp2", ep_size=4, moe_dense_tp_size=1) == []
     assert reasons(space, layout="tp4pp2", ep_size=4, moe_dense_tp_size=8) == [
-        "invalid-args: AssertionError: moe_dense_tp_size only supports None, 1, or tp_size currently"]
+        "invalid-args: AssertionError: moe_dense_tp_size only supports None, 1, or tp_size currently"
+    ]
 
 
 def test_ep_larger_than_tp_crashes(space):
     assert reasons(space, layout="tp2pp4", ep_size=4) == [
-        "crash: ZeroDivisionError: integer division or modulo by zero (moe_tp_size = tp_size // ep_size)"]
+        "crash: ZeroDivisionError: integer division or modulo by zero (moe_tp_size = tp_size // ep_size)"
+    ]
     assert reasons(space, layout="pp8", ep_size=1) == []
 
 
 def test_deepep_forces_ep_to_tp(space):
     # DeepEP overrides ep_size with tp_size, so ep 2 under tp8 (or ep 8 under tp4) launches
     for layout, ep, tp in (("tp8", 2, 8), ("tp4pp2", 8, 4)):
-        params = {**BEST, "layout": layout, "ep_size": ep, "moe_a2a_backend": "deepep",
-                  "deepep_mode": "low_latency"}
+        params = {
+            **BEST,
+            "layout": layout,
+            "ep_size": ep,
+            "moe_a2a_backend": "deepep",
+            "deepep_mode": "low_latency",
+        }
         assert space.check(params) == []
         assert validate(SGLANG.parse(space.render(params).argv), 8).ep_size == tp
 
 
 def test_eplb_needs_expert_parallelism(space):
     # under pp8 (tp 1) DeepEP forces ep back to 1, and EPLB then has nothing to balance
-    got = reasons(space, layout="pp8", ep_size=8, enable_eplb=True, moe_a2a_backend="deepep",
-                  deepep_mode="low_latency")
+    got = reasons(
+        space, layout="pp8", ep_size=8, enable_eplb=True, moe_a2a_backend="deepep", deepep_mode="low_latency"
+    )
     assert len(got) == 1
     assert got[0].startswith("invalid-args: AssertionError") and "ep_size > 1" in got[0]
 
 
 def test_ep_must_divide_tp_and_gpu_count(tmp_path):
     doc = small()
-    doc["parameters"]["layout"]["choices"].update({"tp6": {"flags": {"--tp-size": 6}},
-                                                    "tp8pp2": {"flags": {"--tp-size": 8, "--pp-size": 2}}})
+    doc["parameters"]["layout"]["choices"].update(
+        {"tp6": {"flags": {"--tp-size": 6}}, "tp8pp2": {"flags": {"--tp-size": 8, "--pp-size": 2}}}
+    )
     doc["parameters"]["ep_size"]["choices"] = [1, 4, 8]
     s = load_space(write(tmp_path, doc))
     assert s.check({**BASE, "layout": "tp6", "ep_size": 4, "enable_eplb": False}) == [
-        "invalid-args: AssertionError: tp_size (6) must be divisible by ep_size (4)"]
+        "invalid-args: AssertionError: tp_size (6) must be divisible by ep_size (4)"
+    ]
     got = s.check({**BASE, "layout": "tp8pp2"})
-    assert got == ["invalid-args: RuntimeError: CUDA error: invalid device ordinal (the layout needs 16 "
-                   "GPUs: tp 8 x pp 2 x dp 1, this host has 8)"]
+    assert got == [
+        "invalid-args: RuntimeError: CUDA error: invalid device ordinal (the layout needs 16 "
+        "GPUs: tp 8 x pp 2 x dp 1, this host has 8)"
+    ]
 
 
 def test_constraints_and_rules_are_reported_together(space):
@@ -498,11 +648,22 @@ def test_reference_grid_size(space):
     # deepep auto/low_latency likewise, normal (graphs off either way) 2
     assert space.grid_size() == 4 * 7 * 3 * (5 + 5 + 5 + 2) * 5 * 5 * 15 * 4 * 4 * 4 * 3 * 3
     first = next(space.all_configs())
-    assert first == {"layout": "tp8", "ep_size": 1, "moe_dense_tp_size": None, "moe_a2a_backend": "none",
-                     "disable_cuda_graph": False, "cuda_graph_max_bs": None, "max_running_requests": 128,
-                     "num_continuous_decode_steps": 1, "mem_fraction_static": 0.8, "nccl_proto": None,
-                     "nccl_min_nchannels": None, "nccl_max_nchannels": None, "nccl_nthreads": None,
-                     "nccl_buffsize": None}
+    assert first == {
+        "layout": "tp8",
+        "ep_size": 1,
+        "moe_dense_tp_size": None,
+        "moe_a2a_backend": "none",
+        "disable_cuda_graph": False,
+        "cuda_graph_max_bs": None,
+        "max_running_requests": 128,
+        "num_continuous_decode_steps": 1,
+        "mem_fraction_static": 0.8,
+        "nccl_proto": None,
+        "nccl_min_nchannels": None,
+        "nccl_max_nchannels": None,
+        "nccl_nthreads": None,
+        "nccl_buffsize": None,
+    }
     assert space.check(first) == []
 
 
@@ -556,10 +717,16 @@ def test_engine_registry_and_protocol():
     assert re.search(engine.ready_pattern, "INFO: The server is fired up and ready to roll!")
     with pytest.raises(KeyError, match="unknown engine 'tgi'; known: sglang, vllm"):
         engines.get("tgi")
-    spec = engine.render(["python3", "-m", "sglang.launch_server"], {"--tp-size": 8, "--x": False},
-                         {"A": True, "B": None, "C": 0.5})
-    assert spec == LaunchSpec(argv=["python3", "-m", "sglang.launch_server", "--tp-size", "8"],
-                              env={"A": "1", "C": "0.5"}, engine="sglang")
+    spec = engine.render(
+        ["python3", "-m", "sglang.launch_server"],
+        {"--tp-size": 8, "--x": False},
+        {"A": True, "B": None, "C": 0.5},
+    )
+    assert spec == LaunchSpec(
+        argv=["python3", "-m", "sglang.launch_server", "--tp-size", "8"],
+        env={"A": "1", "C": "0.5"},
+        engine="sglang",
+    )
     assert engine.parse(spec.argv) == parse_args(spec.argv)
     with pytest.raises(Exception, match="invalid int value"):
         engine.check([*spec.argv, "--ep-size", "two"], 8)
@@ -568,14 +735,22 @@ def test_engine_registry_and_protocol():
 @pytest.mark.parametrize(
     ("log", "reason"),
     [
-        ("RuntimeError: Not enough memory. Please try to increase --mem-fraction-static. "
-         "Current value: mem_fraction_static=0.8", "oom"),
-        ("Traceback (most recent call last):\nException: Capture cuda graph failed: CUDA out of memory. "
-         "set --mem-fraction-static to a smaller value", "cuda-graph-oom"),
+        (
+            "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static. "
+            "Current value: mem_fraction_static=0.8",
+            "oom",
+        ),
+        (
+            "Traceback (most recent call last):\nException: Capture cuda graph failed: CUDA out of memory. "
+            "set --mem-fraction-static to a smaller value",
+            "cuda-graph-oom",
+        ),
         ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB", "oom"),
-        ("usage: launch_server.py [-h]\nlaunch_server.py: error: argument --tp-size: invalid int value: 'x'",
-         "invalid-args"),
-        ("Traceback (most recent call last):\n  File \"server_args.py\"\nAssertionError", "invalid-args"),
+        (
+            "usage: launch_server.py [-h]\nlaunch_server.py: error: argument --tp-size: invalid int value: 'x'",
+            "invalid-args",
+        ),
+        ('Traceback (most recent call last):\n  File "server_args.py"\nAssertionError', "invalid-args"),
         ("[2026-01-01 TP0] ValueError: mem_fraction_static must be in (0, 1)", "invalid-args"),
         ("Traceback (most recent call last):\nRuntimeError: NCCL error in: ...", "crash"),
         ("ERROR: [Errno 98] error while attempting to bind on address: address already in use", "port-busy"),

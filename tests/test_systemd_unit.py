@@ -20,11 +20,16 @@ SYSTEMD_ANALYZE = shutil.which("systemd-analyze") or "/usr/bin/systemd-analyze"
 
 #: Values a real launch may carry that every quoting layer must survive.
 AWKWARD_ARGS = [
-    "--served-model-name", 'Kimi "K2.6" 100% ready',
-    "--chat-template", "/opt/templates/my template $HOME ${USER} %h \\ it's.jinja",
-    "--empty", "",
-    "--separator", ";",
-    "--multi", "a\nb\tc",
+    "--served-model-name",
+    'Kimi "K2.6" 100% ready',
+    "--chat-template",
+    "/opt/templates/my template $HOME ${USER} %h \\ it's.jinja",
+    "--empty",
+    "",
+    "--separator",
+    ";",
+    "--multi",
+    "a\nb\tc",
 ]
 AWKWARD_ENV = {"SGLANG_LOG_PREFIX": "a b\"c%d$e\\f'g", "CUDA_VISIBLE_DEVICES": "0,1,2,3,4,5,6,7"}
 
@@ -38,8 +43,19 @@ def spec() -> LaunchSpec:
 
 # ----------------------------------------------------------------- a reader of systemd's syntax
 
-_C_UNESCAPES = {"\\": "\\", '"': '"', "'": "'", "n": "\n", "t": "\t", "r": "\r", "a": "\a", "b": "\b",
-                "f": "\f", "v": "\v", "s": " "}
+_C_UNESCAPES = {
+    "\\": "\\",
+    '"': '"',
+    "'": "'",
+    "n": "\n",
+    "t": "\t",
+    "r": "\r",
+    "a": "\a",
+    "b": "\b",
+    "f": "\f",
+    "v": "\v",
+    "s": " ",
+}
 
 
 def _unquote_systemd(text: str) -> list[str]:
@@ -145,8 +161,12 @@ def test_exec_start_and_environment_read_back_exactly(spec):
 @pytest.mark.skipif(not Path(SYSTEMD_ANALYZE).exists(), reason="systemd-analyze not installed")
 def test_systemd_analyze_verify_is_silent(tmp_path, spec):
     unit = render_systemd_unit(
-        spec, description="SGLang Kimi K2.6 (100% tuned)", python=sys.executable, user="sglang",
-        working_directory="/srv/my models", environment_file="-/etc/sglang/kimi.env",
+        spec,
+        description="SGLang Kimi K2.6 (100% tuned)",
+        python=sys.executable,
+        user="sglang",
+        working_directory="/srv/my models",
+        environment_file="-/etc/sglang/kimi.env",
         header=["study kimi-k2.6-8x-rtx-pro-6000, trial 17", "peak 1538 tok/s"],
     )
     assert verify(tmp_path, unit) == ""
@@ -162,8 +182,16 @@ def test_systemd_analyze_sees_what_a_bad_quote_would_do(tmp_path):
 
 def test_secrets_are_never_written_into_the_unit():
     spec = LaunchSpec(
-        argv=[sys.executable, "-m", "sglang.launch_server", "--api-key", "sk-live-123", "--port", "30001",
-              "--ssl-keyfile-password=hunter2"],
+        argv=[
+            sys.executable,
+            "-m",
+            "sglang.launch_server",
+            "--api-key",
+            "sk-live-123",
+            "--port",
+            "30001",
+            "--ssl-keyfile-password=hunter2",
+        ],
         env={"HF_TOKEN": "hf_abc", "OPENAI_API_KEY": "sk-2", "TOKENIZERS_PARALLELISM": "false"},
         engine="sglang",
     )
@@ -176,17 +204,31 @@ def test_secrets_are_never_written_into_the_unit():
     assert "# OPENAI_API_KEY looks like a secret" in unit
     # secret flag values come from the environment file via systemd's ${VAR} expansion
     (line,) = read_unit(unit)["ExecStart"]
-    assert _unquote_systemd(line)[3:] == ["--api-key", "${API_KEY}", "--port", "30001",
-                                          "--ssl-keyfile-password=${SSL_KEYFILE_PASSWORD}"]
+    assert _unquote_systemd(line)[3:] == [
+        "--api-key",
+        "${API_KEY}",
+        "--port",
+        "30001",
+        "--ssl-keyfile-password=${SSL_KEYFILE_PASSWORD}",
+    ]
     assert "# --api-key: value read from $API_KEY" in unit
 
 
 @pytest.mark.parametrize(
     ("name", "secret"),
-    [("HF_TOKEN", True), ("HUGGING_FACE_HUB_TOKEN", True), ("AWS_SECRET_ACCESS_KEY", True),
-     ("DB_PASSWORD", True), ("--api-key", True), ("WANDB_APIKEY", True),
-     ("TOKENIZERS_PARALLELISM", False), ("--max-total-tokens", False), ("NCCL_PROTO", False),
-     ("--kv-cache-dtype", False), ("KEYBOARD", False)],
+    [
+        ("HF_TOKEN", True),
+        ("HUGGING_FACE_HUB_TOKEN", True),
+        ("AWS_SECRET_ACCESS_KEY", True),
+        ("DB_PASSWORD", True),
+        ("--api-key", True),
+        ("WANDB_APIKEY", True),
+        ("TOKENIZERS_PARALLELISM", False),
+        ("--max-total-tokens", False),
+        ("NCCL_PROTO", False),
+        ("--kv-cache-dtype", False),
+        ("KEYBOARD", False),
+    ],
 )
 def test_looks_secret(name, secret):
     assert looks_secret(name) is secret
@@ -195,12 +237,15 @@ def test_looks_secret(name, secret):
 def test_executable_must_be_absolute(monkeypatch):
     spec = LaunchSpec(argv=["python3", "-m", "sglang.launch_server"], env={}, engine="sglang")
     # the unit's interpreter replaces python/python3
-    assert exec_start(render_systemd_unit(spec, description="x", python="/opt/venv/bin/python3"))[0] == \
-        "/opt/venv/bin/python3"
+    assert (
+        exec_start(render_systemd_unit(spec, description="x", python="/opt/venv/bin/python3"))[0]
+        == "/opt/venv/bin/python3"
+    )
     # otherwise the program is looked up on PATH, as the shell would
     monkeypatch.setenv("PATH", str(Path(sys.executable).parent))
-    resolved = exec_start(render_systemd_unit(
-        spec.model_copy(update={"argv": [Path(sys.executable).name]}), description="x"))[0]
+    resolved = exec_start(
+        render_systemd_unit(spec.model_copy(update={"argv": [Path(sys.executable).name]}), description="x")
+    )[0]
     assert Path(resolved).is_absolute() and Path(resolved).name == Path(sys.executable).name
     with pytest.raises(ValueError, match="absolute path"):
         render_systemd_unit(spec.model_copy(update={"argv": ["no-such-program-xyz"]}), description="x")
@@ -219,9 +264,21 @@ def test_description_and_header_are_single_lines():
 
 @pytest.mark.parametrize(
     ("arg", "quoted"),
-    [("plain", "plain"), ("0.88", "0.88"), ("", '""'), ("a b", '"a b"'), ('say "hi"', '"say \\"hi\\""'),
-     ("100%", "100%%"), ("$HOME", "$$HOME"), ("back\\slash", '"back\\\\slash"'), (";", '";"'),
-     ("it's", '"it\'s"'), ("tab\there", '"tab\\there"'), ("bell\x07", '"bell\\a"'), ("\x01", '"\\x01"')],
+    [
+        ("plain", "plain"),
+        ("0.88", "0.88"),
+        ("", '""'),
+        ("a b", '"a b"'),
+        ('say "hi"', '"say \\"hi\\""'),
+        ("100%", "100%%"),
+        ("$HOME", "$$HOME"),
+        ("back\\slash", '"back\\\\slash"'),
+        (";", '";"'),
+        ("it's", '"it\'s"'),
+        ("tab\there", '"tab\\there"'),
+        ("bell\x07", '"bell\\a"'),
+        ("\x01", '"\\x01"'),
+    ],
 )
 def test_systemd_quote(arg, quoted):
     assert systemd_quote(arg) == quoted
@@ -248,16 +305,19 @@ def test_shell_form_runs_in_a_real_shell(spec):
         pytest.skip("no POSIX shell")
     printer = "import json, os, sys; print(json.dumps([sys.argv[1:], dict(os.environ)]))"
     probe = spec.model_copy(update={"argv": [sys.executable, "-c", printer, *spec.argv[1:]]})
-    done = subprocess.run([bash, "-c", render_shell(probe)], capture_output=True, text=True, timeout=60,
-                          check=True)
+    done = subprocess.run(
+        [bash, "-c", render_shell(probe)], capture_output=True, text=True, timeout=60, check=True
+    )
     argv, env = json.loads(done.stdout)
     assert argv == spec.argv[1:]
     assert {k: env[k] for k in spec.env} == spec.env
 
 
 def test_parse_shell_reads_a_pasted_command():
-    argv, env = parse_shell("NCCL_PROTO=LL CUDA_VISIBLE_DEVICES='0,1' \\\n  python3 -m sglang.launch_server "
-                            "--model-path '/a b' \\\n  --tp 2")
+    argv, env = parse_shell(
+        "NCCL_PROTO=LL CUDA_VISIBLE_DEVICES='0,1' \\\n  python3 -m sglang.launch_server "
+        "--model-path '/a b' \\\n  --tp 2"
+    )
     assert env == {"NCCL_PROTO": "LL", "CUDA_VISIBLE_DEVICES": "0,1"}
     assert argv == ["python3", "-m", "sglang.launch_server", "--model-path", "/a b", "--tp", "2"]
     # a backslash-newline inside single quotes is data, as in a shell

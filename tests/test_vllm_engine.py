@@ -39,19 +39,31 @@ def test_registered_engine_and_its_protocol():
 @pytest.mark.parametrize(
     ("argv", "expected"),
     [
-        ([*MODULE, "--model", "/m", "-tp", "8", "--enable-expert-parallel"],
-         {"model": "/m", "tensor_parallel_size": 8, "enable_expert_parallel": True}),
-        (["vllm", "serve", "/m", "--pipeline-parallel-size", "2", "-dp", "2"],
-         {"model": "/m", "pipeline_parallel_size": 2, "data_parallel_size": 2}),
+        (
+            [*MODULE, "--model", "/m", "-tp", "8", "--enable-expert-parallel"],
+            {"model": "/m", "tensor_parallel_size": 8, "enable_expert_parallel": True},
+        ),
+        (
+            ["vllm", "serve", "/m", "--pipeline-parallel-size", "2", "-dp", "2"],
+            {"model": "/m", "pipeline_parallel_size": 2, "data_parallel_size": 2},
+        ),
         (["/opt/venv/bin/vllm", "serve", "--model", "/m"], {"model": "/m"}),
-        ([*MODULE, "--max_num_seqs=64", "--max-num-batched-tokens", "8k"],
-         {"max_num_seqs": 64, "max_num_batched_tokens": 8000}),
-        ([*MODULE, "--max-num-batched-tokens=2K", "--max-model-len", "auto"],
-         {"max_num_batched_tokens": 2048, "max_model_len": -1}),
-        ([*MODULE, "--no-enable-prefix-caching", "--enable-chunked-prefill", "--enforce-eager"],
-         {"enable_prefix_caching": False, "enable_chunked_prefill": True, "enforce_eager": True}),
-        ([*MODULE, "--kv-cache-dtype", "fp8", "--dtype", "float32", "--gpu-memory-utilization", "0.9"],
-         {"kv_cache_dtype": "fp8", "dtype": "float32", "gpu_memory_utilization": 0.9}),
+        (
+            [*MODULE, "--max_num_seqs=64", "--max-num-batched-tokens", "8k"],
+            {"max_num_seqs": 64, "max_num_batched_tokens": 8000},
+        ),
+        (
+            [*MODULE, "--max-num-batched-tokens=2K", "--max-model-len", "auto"],
+            {"max_num_batched_tokens": 2048, "max_model_len": -1},
+        ),
+        (
+            [*MODULE, "--no-enable-prefix-caching", "--enable-chunked-prefill", "--enforce-eager"],
+            {"enable_prefix_caching": False, "enable_chunked_prefill": True, "enforce_eager": True},
+        ),
+        (
+            [*MODULE, "--kv-cache-dtype", "fp8", "--dtype", "float32", "--gpu-memory-utilization", "0.9"],
+            {"kv_cache_dtype": "fp8", "dtype": "float32", "gpu_memory_utilization": 0.9},
+        ),
         (["python", "-m", "wrapper", "--", "--port", "9000", "--unknown-flag", "x"], {"port": 9000}),
         (MODULE, {"enable_prefix_caching": None, "enable_chunked_prefill": None, "max_num_seqs": None}),
     ],
@@ -67,19 +79,29 @@ def test_parse_reads_vllms_spellings(argv, expected):
         ("--max-num-seqs x", "api_server.py: error: argument --max-num-seqs: invalid int value: 'x'"),
         ("--kv-cache-dtype fp9", "argument --kv-cache-dtype: invalid choice: 'fp9'"),
         ("--max-num-batched-tokens 2.5K", "Decimals are not allowed with binary suffixes like K"),
-        ("--tensor-parallel-size 0",
-         "validation error for ParallelConfig: tensor_parallel_size: Input should be greater than or equal"),
-        ("--gpu-memory-utilization 1.5",
-         "validation error for CacheConfig: gpu_memory_utilization: Input should be less than or equal to 1"),
+        (
+            "--tensor-parallel-size 0",
+            "validation error for ParallelConfig: tensor_parallel_size: Input should be greater than or equal",
+        ),
+        (
+            "--gpu-memory-utilization 1.5",
+            "validation error for CacheConfig: gpu_memory_utilization: Input should be less than or equal to 1",
+        ),
         ("--gpu-memory-utilization 0", "gpu_memory_utilization: Input should be greater than 0"),
-        ("--max-num-seqs 256 --max-num-batched-tokens 128",
-         "ValueError: max_num_batched_tokens (128) must be greater than or equal to max_num_seqs (256)."),
-        ("--no-enable-chunked-prefill --max-model-len 8192 --max-num-batched-tokens 4096",
-         "ValueError: max_num_batched_tokens (4096) is smaller than max_model_len (8192)."),
+        (
+            "--max-num-seqs 256 --max-num-batched-tokens 128",
+            "ValueError: max_num_batched_tokens (128) must be greater than or equal to max_num_seqs (256).",
+        ),
+        (
+            "--no-enable-chunked-prefill --max-model-len 8192 --max-num-batched-tokens 4096",
+            "ValueError: max_num_batched_tokens (4096) is smaller than max_model_len (8192).",
+        ),
         ("-tp 8 --enable-eplb", "ValueError: enable_expert_parallel must be True to use EPLB."),
         ("--enable-expert-parallel", "tuner rule: --enable-expert-parallel needs tensor_parallel_size > 1"),
-        ("-tp 8 -pp 2",
-         "ValueError: World size (16) is larger than the number of available GPUs (8) in this node."),
+        (
+            "-tp 8 -pp 2",
+            "ValueError: World size (16) is larger than the number of available GPUs (8) in this node.",
+        ),
         ("-dp 4 -tp 4", "the layout needs 16 GPUs (data_parallel_size 4 x tensor_parallel_size 4"),
     ],
 )
@@ -123,28 +145,59 @@ TRACEBACK = 'Traceback (most recent call last):\n  File "arg_utils.py", line 261
 @pytest.mark.parametrize(
     ("log", "reason", "line"),
     [
-        (ULIMIT + TRACEBACK + "pydantic_core._pydantic_core.ValidationError: 1 validation error for "
-         "SchedulerConfig\n  Value error, max_num_batched_tokens (4) must be greater than or equal to "
-         "max_num_seqs (8). [type=value_error]\n", "invalid-args", "Value error, max_num_batched_tokens (4)"),
-        (ULIMIT + TRACEBACK + "pydantic_core._pydantic_core.ValidationError: 1 validation error for "
-         "CacheConfig\ngpu_memory_utilization\n  Input should be less than or equal to 1 "
-         "[type=less_than_equal, input_value=1.5, input_type=float]\n", "invalid-args",
-         "Input should be less than or equal to 1"),
-        (ULIMIT + "usage: api_server.py [-h] [--model MODEL]\napi_server.py: error: argument "
-         "--max-num-seqs: invalid int value: 'x'\n", "invalid-args", "api_server.py: error: argument"),
-        (ULIMIT + "(EngineCore pid=2) ERROR [core.py:1510] EngineCore failed to start.\n" + TRACEBACK
-         + "(EngineCore pid=2) ValueError: No available memory for the cache blocks. Try increasing "
-         "`gpu_memory_utilization` when initializing the engine.\nRuntimeError: Engine core "
-         "initialization failed. See root cause above.\n", "oom", "No available memory for the cache blocks"),
-        (TRACEBACK + "ValueError: To serve at least one request with the model's max seq len (163840), "
-         "(10.5 GiB KV cache is needed, which is larger than the available KV cache memory (2.1 GiB).\n",
-         "oom", "KV cache is needed, which is larger than the available KV cache memory"),
-        (TRACEBACK + "ValueError: Free memory on device cuda:0 (20.1/139.8 GiB) on startup is less than "
-         "desired GPU memory utilization (0.92, 128.6 GiB).\n", "oom", "is less than desired GPU memory"),
-        (TRACEBACK + "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n", "oom",
-         "CUDA out of memory"),
-        ("ERROR: [Errno 98] error while attempting to bind on address ('127.0.0.1', 8000): address already "
-         "in use\n", "port-busy", "address already in use"),
+        (
+            ULIMIT + TRACEBACK + "pydantic_core._pydantic_core.ValidationError: 1 validation error for "
+            "SchedulerConfig\n  Value error, max_num_batched_tokens (4) must be greater than or equal to "
+            "max_num_seqs (8). [type=value_error]\n",
+            "invalid-args",
+            "Value error, max_num_batched_tokens (4)",
+        ),
+        (
+            ULIMIT + TRACEBACK + "pydantic_core._pydantic_core.ValidationError: 1 validation error for "
+            "CacheConfig\ngpu_memory_utilization\n  Input should be less than or equal to 1 "
+            "[type=less_than_equal, input_value=1.5, input_type=float]\n",
+            "invalid-args",
+            "Input should be less than or equal to 1",
+        ),
+        (
+            ULIMIT + "usage: api_server.py [-h] [--model MODEL]\napi_server.py: error: argument "
+            "--max-num-seqs: invalid int value: 'x'\n",
+            "invalid-args",
+            "api_server.py: error: argument",
+        ),
+        (
+            ULIMIT
+            + "(EngineCore pid=2) ERROR [core.py:1510] EngineCore failed to start.\n"
+            + TRACEBACK
+            + "(EngineCore pid=2) ValueError: No available memory for the cache blocks. Try increasing "
+            "`gpu_memory_utilization` when initializing the engine.\nRuntimeError: Engine core "
+            "initialization failed. See root cause above.\n",
+            "oom",
+            "No available memory for the cache blocks",
+        ),
+        (
+            TRACEBACK + "ValueError: To serve at least one request with the model's max seq len (163840), "
+            "(10.5 GiB KV cache is needed, which is larger than the available KV cache memory (2.1 GiB).\n",
+            "oom",
+            "KV cache is needed, which is larger than the available KV cache memory",
+        ),
+        (
+            TRACEBACK + "ValueError: Free memory on device cuda:0 (20.1/139.8 GiB) on startup is less than "
+            "desired GPU memory utilization (0.92, 128.6 GiB).\n",
+            "oom",
+            "is less than desired GPU memory",
+        ),
+        (
+            TRACEBACK + "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n",
+            "oom",
+            "CUDA out of memory",
+        ),
+        (
+            "ERROR: [Errno 98] error while attempting to bind on address ('127.0.0.1', 8000): address already "
+            "in use\n",
+            "port-busy",
+            "address already in use",
+        ),
         (TRACEBACK + "RuntimeError: NCCL error: unhandled system error\n", "crash", None),
         (ULIMIT + "INFO:     Started server process [1]\n", None, None),
     ],

@@ -405,7 +405,7 @@ def study_note(study: optuna.Study) -> str:
     lines = [f"### Study {study.study_name}", ""]
     lines += [
         f"- {md_escape(line)}"
-        for line in statement_lines(info.workload, info.backend, fallback_backend=fallback)
+        for line in statement_lines(info.workload, info.backend, fallback_backend=fallback, proxy=info.proxy)
     ]
     found = verdict(study)
     lines.append("")

@@ -51,7 +51,7 @@ def header_lines(
     levels = [LevelMetrics(**lv) for lv in rec.levels]
     lines = [f"tuner study {study_name}, trial #{rec.number}"]
     if info is not None:
-        lines += statement_lines(info.workload, info.backend, fallback_backend=rec.backend)
+        lines += statement_lines(info.workload, info.backend, fallback_backend=rec.backend, proxy=info.proxy)
     lines.append(
         f"single-stream {single_stream(levels):.1f} tok/s, peak {peak_tok_s(levels):.1f} tok/s "
         f"(backend {rec.backend or '?'})"

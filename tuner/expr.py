@@ -176,8 +176,15 @@ class _Compiler:
     def _BinOp(self, node: ast.BinOp) -> _Evaluator:
         entry = _BINARY.get(type(node.op))
         if entry is None:
-            symbol = {ast.Pow: "**", ast.MatMult: "@", ast.LShift: "<<", ast.RShift: ">>",
-                      ast.BitOr: "|", ast.BitAnd: "&", ast.BitXor: "^"}.get(type(node.op), "?")
+            symbol = {
+                ast.Pow: "**",
+                ast.MatMult: "@",
+                ast.LShift: "<<",
+                ast.RShift: ">>",
+                ast.BitOr: "|",
+                ast.BitAnd: "&",
+                ast.BitXor: "^",
+            }.get(type(node.op), "?")
             raise ExprError(f"operator {symbol!r} is not allowed", column=self._col(node))
         symbol, func = entry
         left, right = self.compile(node.left), self.compile(node.right)
@@ -185,8 +192,9 @@ class _Compiler:
         def binop(env: Mapping[str, Any]) -> Any:
             a, b = left(env), right(env)
             if symbol == "*" and _repeat_length(a, b) > MAX_SEQUENCE_LENGTH:
-                raise ExprError(f"'*' would build a sequence longer than {MAX_SEQUENCE_LENGTH}",
-                                column=self._col(node))
+                raise ExprError(
+                    f"'*' would build a sequence longer than {MAX_SEQUENCE_LENGTH}", column=self._col(node)
+                )
             return func(a, b)
 
         return binop
@@ -199,8 +207,9 @@ class _Compiler:
             if isinstance(op, ast.Is | ast.IsNot) and not any(
                 isinstance(n, ast.Constant) and n.value is None for n in raw[i : i + 2]
             ):
-                raise ExprError("'is' / 'is not' may only compare with None (use == / !=)",
-                                column=self._col(node))
+                raise ExprError(
+                    "'is' / 'is not' may only compare with None (use == / !=)", column=self._col(node)
+                )
             funcs.append(_COMPARE[type(op)])
 
         def compare(env: Mapping[str, Any]) -> bool:
@@ -327,8 +336,9 @@ class Expr:
         except ExprError as exc:
             raise ExprError(f"{exc.reason} in {self.text!r}", column=exc.column, text=self.text) from None
         except (TypeError, ValueError, ArithmeticError, RecursionError) as exc:
-            raise ExprError(f"cannot evaluate {self.text!r}: {type(exc).__name__}: {exc}",
-                            text=self.text) from None
+            raise ExprError(
+                f"cannot evaluate {self.text!r}: {type(exc).__name__}: {exc}", text=self.text
+            ) from None
 
     def __call__(self, env: Mapping[str, Any]) -> Any:
         return self.evaluate(env)

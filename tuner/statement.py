@@ -165,10 +165,24 @@ def statement_lines(
     backend: Mapping[str, Any] | None,
     *,
     fallback_backend: str | None = None,
+    proxy: Mapping[str, Any] | Workload | None = None,
 ) -> list[str]:
-    """The three lines: ``workload: ...``, ``backend: ...``, ``units: ...``."""
-    return [
-        f"workload: {workload_text(workload)}",
-        f"backend: {backend_text(backend, fallback_backend)}",
-        f"units: {UNITS}",
-    ]
+    """The three lines: ``workload: ...``, ``backend: ...``, ``units: ...``, and when trials
+    were screened on a proxy of the workload (:mod:`tuner.fidelity`), a line saying which
+    levels."""
+    lines = [f"workload: {workload_text(workload)}"]
+    levels = _screening_levels(workload, proxy)
+    if levels:
+        lines.append(f"screened on: C={', C='.join(map(str, levels))} of it; finalists measured on all of it")
+    return [*lines, f"backend: {backend_text(backend, fallback_backend)}", f"units: {UNITS}"]
+
+
+def _screening_levels(
+    workload: Mapping[str, Any] | Workload | None, proxy: Mapping[str, Any] | Workload | None
+) -> list[int] | None:
+    """The proxy's levels when it is the workload's screening subset (not the whole of it)."""
+    if workload is None or proxy is None:
+        return None
+    target = workload if isinstance(workload, Workload) else Workload.model_validate(workload)
+    screen = proxy if isinstance(proxy, Workload) else Workload.model_validate(proxy)
+    return list(screen.levels) if screen != target else None

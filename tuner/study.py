@@ -133,7 +133,9 @@ class Search:
             unit={**unit, "python": space.launch.python},
             proxy=space.proxy.model_dump(mode="json"),
         )
-        self.screens = self.confirm and space.proxy != space.workload
+        # Screening pays off only with trials left to confirm its leaders on the target: a
+        # budget of one or two measures every trial on the whole target.
+        self.screens = self.confirm and space.proxy != space.workload and budget >= 3
         self.order = fidelity.screening_order(space.proxy, space.workload)
 
     def _identity(self, params: dict[str, Any]) -> str | None:
@@ -282,7 +284,7 @@ class Search:
         """Trials at the end of the budget that settle the recommendation (at least one when
         the study screens on a proxy: its leader must be measured on the target)."""
         window = min(CONFIRM_LAST, self.budget // 8)
-        return max(window, 1) if self.screens and self.budget >= 3 else window
+        return max(window, 1) if self.screens else window
 
     def _queue_final(self, counted: int) -> None:
         """In the last :data:`CONFIRM_LAST` trials of the budget, settle the small effects

@@ -276,7 +276,7 @@ def run(args: argparse.Namespace) -> int:
         print(
             f"study {study_name}: space {space.name}, objective {objective.name} (dry run: nothing launched)"
         )
-        for line in statement_lines(space.workload, backend):
+        for line in statement_lines(space.workload, backend, proxy=space.proxy):
             print(f"  {line}")
         for line in cost_lines(space, args.budget, args.startup_s, backend):
             print(line)
@@ -323,7 +323,7 @@ def run(args: argparse.Namespace) -> int:
         f"backend {measurer.backend}, {workers} worker(s), {already} of {args.budget} trials finished",
         flush=True,
     )
-    for line in statement_lines(space.workload, backend):
+    for line in statement_lines(space.workload, backend, proxy=space.proxy):
         print(f"  {line}", flush=True)
     started = time.monotonic()
     progress.start(args.budget, already)
@@ -402,7 +402,7 @@ def summary(
         print(
             f"({queued} queued configuration(s) not run: the budget ended first; a larger --budget runs them)"
         )
-    for line in statement_lines(info.workload, info.backend):
+    for line in statement_lines(info.workload, info.backend, proxy=info.proxy):
         print(f"  {line}")
     found = verdict(study)
     if found is None:
@@ -457,7 +457,8 @@ def cost_lines(space: Space, budget: int, startup_s: float | None, backend: dict
     return [
         f"expected cost of --budget {budget}: {budget} x (start-up {startup:.0f} s + {sweep}) "
         f"= {total / 3600:.1f} h of server time = {total * gpus / 3600:.1f} GPU hours on {gpus} GPUs",
-        "  (an upper bound: pruned trials stop early, refused and reused ones launch nothing; "
+        "  (pruned trials stop early, refused and reused ones launch nothing, the finalists measured on "
+        "the whole workload cost more; "
         "--startup-s S sets the start-up time)",
     ]
 

@@ -32,7 +32,12 @@ def summary_rows(data: ReportData) -> list[tuple[str, str]]:
     fallback = next((t.backend for t in data.trials if t.backend), None)
     statement = [
         tuple(line.split(": ", 1))
-        for line in statement_lines(info.workload if info else None, backend, fallback_backend=fallback)
+        for line in statement_lines(
+            info.workload if info else None,
+            backend,
+            fallback_backend=fallback,
+            proxy=info.proxy if info else None,
+        )
     ]
     simulated = is_simulated(backend, fallback)
     rows = [
