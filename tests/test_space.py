@@ -124,7 +124,7 @@ def test_reference_best_renders_the_hand_tuned_launch(space):
     assert spec.argv == [
         "python3", "-m", "sglang.launch_server",
         "--model-path", "/models/Kimi-K2.6", "--trust-remote-code", "--host", "127.0.0.1", "--port", "30001",
-        "--tp-size", "8", "--ep-size", "8", "--moe-a2a-backend", "none", "--cuda-graph-max-bs", "256",
+        "--tp-size", "8", "--ep-size", "8", "--moe-a2a-backend", "none", "--cuda-graph-max-bs-decode", "256",
         "--max-running-requests", "256", "--num-continuous-decode-steps", "8",
         "--mem-fraction-static", "0.88",
     ]

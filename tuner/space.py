@@ -223,6 +223,9 @@ class SpaceFile(_Strict):
 
     name: str = Field(min_length=1)
     engine: str = "sglang"
+    #: the engine release on the target host (``"0.5.23"``): its flag spellings and launch
+    #: rules judge the configurations; unset, the adapter's default release
+    engine_version: str | None = None
     description: str = ""
     hardware: str
     model: str
@@ -608,6 +611,11 @@ class Space:
             engine = engines.get(spec.engine)
         except KeyError as exc:
             problems.append(("engine", str(exc.args[0])))
+        if engine is not None and spec.engine_version is not None:
+            try:
+                engine = engines.for_version(engine, spec.engine_version)
+            except KeyError as exc:
+                problems.append(("engine_version", str(exc.args[0])))
         try:
             self.hardware_profile = profiles.hardware(_profile_ident(spec.hardware, base_dir))
         except profiles.ProfileError as exc:
