@@ -6,8 +6,8 @@ release. It does not import the tuner, so it can be copied to a host as it is.
 
 For each command line read from standard input (one JSON object ``{"argv": [...]}`` per
 line, the server's flags without the program), it runs SGLang's own parser
-(``prepare_server_args``), its ``ServerArgs`` resolution (``resolve_once``) and
-``check_server_args``, and writes one JSON line: ``{"ok": true, "resolved": {...}}`` or
+(``prepare_server_args``), its ``ServerArgs`` resolution (``resolve_once``),
+``check_server_args`` and the topology check of the launching process, and writes one JSON line: ``{"ok": true, "resolved": {...}}`` or
 ``{"ok": false, "message": "<SGLang's own error line>"}``. No GPU work happens: resolution
 only reads the model's ``config.json`` and queries the devices.
 
@@ -186,13 +186,16 @@ def dump_options() -> dict[str, Any]:
         if not action.option_strings or action.dest == "help":
             continue
         kind = getattr(action.type, "__name__", None)
+        values = action.choices
+        if isinstance(values, set | frozenset):  # a set's order changes from run to run
+            values = sorted(values, key=str)
         options.append(
             {
                 "flags": list(action.option_strings),
                 "dest": action.dest,
                 "nargs": action.nargs,
                 "type": kind if kind in ("int", "float") else "str",
-                "choices": None if action.choices is None else [str(c) for c in action.choices],
+                "choices": None if values is None else [str(c) for c in values],
             }
         )
     return {"prog": "sglang serve", "options": options}
@@ -206,6 +209,18 @@ def _flatten(resolved: dict[str, Any]) -> dict[str, Any]:
         out[f"cuda_graph_{phase}_backend"] = config.get("backend")
         out[f"cuda_graph_{phase}_max_bs"] = config.get("max_bs")
     return out
+
+
+def _publish_check(args: Any) -> None:
+    """What the launching process does next (``publish(server_args, role="tokenizer")``):
+    project the configuration into a runtime context, which checks the parallel topology
+    (``tp_size == moe_ep_size * moe_dp_size * moe_tp_size`` and friends). Built as a
+    separate context so this process's own stays untouched."""
+    try:
+        from sglang.srt.runtime_context import create_context
+    except ImportError:  # a release without runtime contexts
+        return
+    create_context(args, role="tokenizer")
 
 
 def probe(argv: list[str], model_config: str | None) -> dict[str, Any]:
@@ -227,6 +242,7 @@ def probe(argv: list[str], model_config: str | None) -> dict[str, Any]:
         try:
             args.resolve_once()
             args.check_server_args()
+            _publish_check(args)
         except Exception as exc:  # SGLang refuses with assorted exception types
             return {"ok": False, "message": f"{type(exc).__name__}: {exc}"}
         return {"ok": True, "resolved": _flatten(args.resolved_dict())}
