@@ -46,7 +46,7 @@ pytestmark = [
     pytest.mark.timeout(600),
     pytest.mark.skipif(
         not STAMP.is_file(),
-        reason=f"no SGLang environment at {VENV}: run `bash tests/sglang_env.sh` first (builds it, ~4 minutes)",
+        reason=f"no SGLang environment at {VENV}: run `bash tests/sglang_env.sh` first (~4 minutes)",
     ),
 ]
 
@@ -60,7 +60,11 @@ def structural_space() -> Space:
     params = data["parameters"]
     params["max_running_requests"]["choices"] = [256]
     params["num_continuous_decode_steps"]["choices"] = [8]
-    params["mem_fraction_static"] = {"flag": "--mem-fraction-static", "type": "categorical", "choices": [0.88]}
+    params["mem_fraction_static"] = {
+        "flag": "--mem-fraction-static",
+        "type": "categorical",
+        "choices": [0.88],
+    }
     for name in ("nccl_proto", "nccl_nthreads", "nccl_buffsize"):
         del params[name]
     params["nccl_min_nchannels"]["choices"] = [16]
@@ -123,10 +127,17 @@ def test_the_tuner_never_accepts_what_sglang_refuses():
             else:
                 counts["  of which the space's own constraints"] += 1
 
-    print(f"\nSGLang {space.engine.version} vs the tuner's rules, {len(configs)} configurations "
-          f"({len(verdicts)} distinct command lines, {len(resolved_servers)} distinct resolved servers):")
-    for label in ("both accept", "both reject", "tuner accepts, SGLang rejects", "tuner rejects, SGLang accepts",
-                  "  of which the space's own constraints"):
+    print(
+        f"\nSGLang {space.engine.version} vs the tuner's rules, {len(configs)} configurations "
+        f"({len(verdicts)} distinct command lines, {len(resolved_servers)} distinct resolved servers):"
+    )
+    for label in (
+        "both accept",
+        "both reject",
+        "tuner accepts, SGLang rejects",
+        "tuner rejects, SGLang accepts",
+        "  of which the space's own constraints",
+    ):
         print(f"  {label:40s} {counts[label]:6d}")
     assert counts["both accept"] > 0 and counts["both reject"] > 0
     assert wasted == [], "\n".join(wasted[:10])
@@ -137,14 +148,25 @@ def test_the_tuner_never_accepts_what_sglang_refuses():
 
 def test_sglang_refuses_the_old_graph_flag_as_the_tuner_says():
     """The spelling of an older space file: both refuse it, with SGLang's own message."""
-    argv = ["python3", "-m", "sglang.launch_server", "--model-path", "/models/Kimi-K2.6", "--tp-size", "8",
-            "--cuda-graph-max-bs", "256"]
+    argv = [
+        "python3",
+        "-m",
+        "sglang.launch_server",
+        "--model-path",
+        "/models/Kimi-K2.6",
+        "--tp-size",
+        "8",
+        "--cuda-graph-max-bs",
+        "256",
+    ]
     (verdict,) = probe(str(PYTHON), [argv], fake_host=True, model_config=str(MODEL_CONFIG))
     with pytest.raises(Exception) as tuner_says:
         sglang.ENGINE.check(argv, 8)
     assert not verdict.ok
     assert verdict.message == str(tuner_says.value).removeprefix("invalid-args: ")
-    assert verdict.message.startswith("sglang serve: error: ambiguous option: --cuda-graph-max-bs could match")
+    assert verdict.message.startswith(
+        "sglang serve: error: ambiguous option: --cuda-graph-max-bs could match"
+    )
 
 
 def test_the_shipped_flag_table_is_the_installed_release():
@@ -153,6 +175,11 @@ def test_the_shipped_flag_table_is_the_installed_release():
 
     from tuner.preflight import PROBE_SCRIPT
 
-    done = subprocess.run([str(PYTHON), str(PROBE_SCRIPT), "--fake-host", "--dump-options"], capture_output=True,
-                          text=True, timeout=300, check=True)
+    done = subprocess.run(
+        [str(PYTHON), str(PROBE_SCRIPT), "--fake-host", "--dump-options"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
     assert json.loads(done.stdout) == sglang.release_table("0.5.23")

@@ -7,9 +7,10 @@ release. It does not import the tuner, so it can be copied to a host as it is.
 For each command line read from standard input (one JSON object ``{"argv": [...]}`` per
 line, the server's flags without the program), it runs SGLang's own parser
 (``prepare_server_args``), its ``ServerArgs`` resolution (``resolve_once``),
-``check_server_args`` and the topology check of the launching process, and writes one JSON line: ``{"ok": true, "resolved": {...}}`` or
-``{"ok": false, "message": "<SGLang's own error line>"}``. No GPU work happens: resolution
-only reads the model's ``config.json`` and queries the devices.
+``check_server_args`` and the topology check of the launching process, and writes one
+JSON line: ``{"ok": true, "resolved": {...}}`` or ``{"ok": false, "message": "<SGLang's
+own error line>"}``. No GPU work happens: resolution only reads the model's
+``config.json`` and queries the devices.
 
 Modes::
 
