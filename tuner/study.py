@@ -28,11 +28,12 @@ import sqlalchemy
 from optuna.storages import RDBStorage, RetryHeartbeatStaleTrialCallback
 from optuna.trial import FrozenTrial, TrialState
 
-from tuner import effects, estimates
+from tuner import effects, estimates, resolution
 from tuner.backends import Backend, Interrupted, Measurement
 from tuner.coordination import BudgetGate, Heartbeat
 from tuner.failures import LaunchFailure
 from tuner.objectives import Objective
+from tuner.preflight import Verdict
 from tuner.pruning import RelativeToBestPruner
 from tuner.sampler import IncumbentLocalSampler
 from tuner.space import Space
@@ -227,7 +228,7 @@ class Search:
         """Canonical configuration of a sampler proposal; None if the launch rules reject it."""
         try:
             full = self.space.complete(params)
-            return None if self.space.check(full) else self.space.key(full)
+            return None if self.space.check(full) else resolution.server_key(self.space, full)
         except ValueError:
             return None
 
@@ -375,7 +376,7 @@ class Search:
         if plan == leader.trial.params:
             return None
         key = self._identity(plan)
-        if key is None or key in {t.user_attrs.get("config_key") for t in trials}:
+        if key is None or key in {_server_key(t) for t in trials}:
             return None
         return plan
 
@@ -403,8 +404,13 @@ class Search:
         reasons = self.space.check(params)
         if reasons:
             return self._infeasible(trial, reasons)
+        verdict = self.backend.preflight(spec)
+        if verdict is not None and not verdict.ok:  # SGLang's own refusal, at zero launch cost
+            trial.set_user_attr("preflight", {"ok": False, "message": verdict.message})
+            return self._infeasible(trial, [f"invalid-args: {verdict.message}"])
+        intended = self._record_resolution(trial, params, verdict)
         if self.reuse and REPEAT_OF not in trial.user_attrs:
-            original = self._measured(key, trial.number)
+            original = self._measured(trial.user_attrs["server_key"], trial.number)
             if original is not None:
                 return self._reuse(trial, original)
         seed = (self.seed or 0) * 1_000_003 + trial.number
@@ -428,6 +434,10 @@ class Search:
             on_level=on_level,
         )
         self._store_measurement(trial, m)
+        if m.server_info and intended:
+            differs = resolution.readback_differences(intended, m.server_info)
+            if differs:  # the server runs with other settings than intended: shown on the trial
+                trial.set_user_attr("server_differs", differs)
         if m.status == "failed":
             assert m.failure is not None
             return self._failed(trial, m.failure)
@@ -477,13 +487,27 @@ class Search:
         if m.server_info:
             trial.set_user_attr("server_info", _jsonable(m.server_info))
 
+    def _record_resolution(
+        self, trial: optuna.Trial, params: dict[str, Any], verdict: Verdict | None
+    ) -> dict[str, Any] | None:
+        """Record the server ``params`` resolves to (SGLang's own resolution when the
+        pre-flight ran) and the settings it silently rewrites; return that server."""
+        resolved = dict(verdict.resolved) if verdict is not None else None
+        if verdict is not None:
+            trial.set_user_attr("preflight", {"ok": True, "resolved": _jsonable(resolved)})
+        trial.set_user_attr("server_key", resolution.server_key(self.space, params, resolved))
+        try:
+            intended = resolution.identity(self.space, params, resolved)
+            rewrites = resolution.rewrites(self.space, params, resolved)
+        except LaunchFailure:
+            return None
+        if rewrites:
+            trial.set_user_attr("rewrites", _jsonable(rewrites))
+        return intended
+
     def _measured(self, key: str, number: int) -> FrozenTrial | None:
         for t in self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)):
-            if (
-                t.number != number
-                and t.user_attrs.get("config_key") == key
-                and "reused_from" not in t.user_attrs
-            ):
+            if t.number != number and _server_key(t) == key and "reused_from" not in t.user_attrs:
                 return t
         return None
 
@@ -507,6 +531,11 @@ class Search:
             trial.report(v, step)
         values = original.values
         return tuple(values) if self.objective.multi else values[0]  # type: ignore[return-value]
+
+
+def _server_key(t: FrozenTrial) -> str | None:
+    """The resolved server a trial ran (its rendered configuration for older records)."""
+    return t.user_attrs.get("server_key", t.user_attrs.get("config_key"))
 
 
 def _jsonable(obj: Any) -> Any:

@@ -12,8 +12,8 @@ import functools
 import json
 import re
 import shlex
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, fields
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, fields
 from importlib import resources
 from typing import Any
 
@@ -384,6 +384,35 @@ class SGLangEngine(ArgparseEngine):
         """The server SGLang would start for ``argv``: parsed strictly, its launch rules
         applied (silent rewrites included, e.g. ep = tp under DeepEP)."""
         return validate(self.parse(argv), gpu_count)
+
+    def asked(self, argv: Sequence[str]) -> dict[str, Any]:
+        """The typed settings ``argv`` sets explicitly (by :class:`ServerArgs` field name),
+        before any resolution: what the configuration asked for."""
+        known = _parser(self.version, True).parse_args(strip_launch_prefix(argv))
+        names = {f.name for f in fields(ServerArgs)}
+        asked = {}
+        for dest, value in vars(known).items():
+            name = _FIELD_OF_DEST.get(dest, dest)
+            if value is not None and name in names:
+                asked[name] = value
+        return asked
+
+    def server_identity(
+        self, argv: Sequence[str], gpu_count: int, resolved: Mapping[str, Any] | None = None
+    ) -> dict[str, Any]:
+        """What identifies the server ``argv`` starts: every option SGLang parsed (by its
+        dest, spelling-independent) with the settings SGLang resolves in place of the
+        asked ones. ``resolved`` is SGLang's own resolution (the pre-flight's); without
+        it the launch rules resolve. Two command lines with one identity are one server
+        (DeepEP with ep 2 or ep 8 under tp 8)."""
+        known = _parser(self.version, True).parse_args(strip_launch_prefix(argv))
+        identity = {dest: value for dest, value in sorted(vars(known).items()) if value is not None}
+        identity.pop("attn_dp_size", None)  # folded into dp_size/enable_dp_attention below
+        identity.pop("cuda_graph_max_bs_decode", None)  # the typed view's cuda_graph_max_bs
+        if resolved is None:
+            resolved = asdict(self.resolve(argv, gpu_count))
+        identity.update(resolved)
+        return identity
 
 
 ENGINE = SGLangEngine()

@@ -7,18 +7,21 @@ command lines (``sglang_probe.py`` beside this file, sent as ``python -c``; seco
 no GPU work) and returns, per command line, a :class:`Verdict`: refused with SGLang's own
 message, or accepted with the settings SGLang resolved (the ep it forces, the graph
 limits it picks). :func:`probe_command` builds the command for any transport (a local
-process, ssh); :func:`probe` runs it locally.
+process, ssh); :func:`probe` runs it locally; :class:`HostPreflight` asks the serving host
+before each launch of a study.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tuner.engines.base import LaunchSpec
 from tuner.engines.sglang import strip_launch_prefix
 
 #: The probe script; it imports nothing of the tuner, so it runs with the serving interpreter.
@@ -80,13 +83,115 @@ def probe(
     """Run the probe locally with interpreter ``python`` over ``argvs`` (full command lines
     or flags only). Raises :class:`ProbeError` when the probe cannot run."""
     cmd = probe_command(python, fake_host=fake_host, model_config=model_config)
+    code, out, err = local_runner(cmd, request_lines(argvs), timeout)
+    if code != 0:
+        tail = err.strip().splitlines()[-1:] or ["no output"]
+        raise ProbeError(f"the SGLang probe failed with {python} (exit {code}): {tail[0]}")
+    return parse_answers(out, len(argvs))
+
+
+#: A refusal that says the probing environment cannot judge, not that the command line is
+#: wrong: no accelerator visible to the probe, an import or file missing on the host.
+ENVIRONMENT_FAILURE = re.compile(
+    r"(?:ModuleNotFoundError|ImportError|OSError|FileNotFoundError|PermissionError)\b"
+    r"|RuntimeError: No accelerator"
+)
+
+#: Runs an argv on the serving host with ``stdin`` text: (exit status, stdout, stderr).
+Runner = Callable[[list[str], str, float], tuple[int, str, str]]
+
+
+def local_runner(argv: list[str], stdin: str, timeout_s: float) -> tuple[int, str, str]:
+    """Run on this machine (the local and systemd launchers' host)."""
     try:
         done = subprocess.run(
-            cmd, input=request_lines(argvs), capture_output=True, text=True, timeout=timeout, check=False
+            argv, input=stdin, capture_output=True, text=True, timeout=timeout_s, check=False
         )
     except (OSError, subprocess.TimeoutExpired) as exc:
-        raise ProbeError(f"cannot run the SGLang probe with {python}: {exc}") from exc
-    if done.returncode != 0:
-        tail = done.stderr.strip().splitlines()[-1:] or ["no output"]
-        raise ProbeError(f"the SGLang probe failed with {python} (exit {done.returncode}): {tail[0]}")
-    return parse_answers(done.stdout, len(argvs))
+        return 127, "", str(exc)
+    return done.returncode, done.stdout, done.stderr
+
+
+def ssh_runner(transport: Any) -> Runner:
+    """Run on an ssh host, through its :class:`tuner.launchers.ssh.SshTransport`."""
+
+    def run(argv: list[str], stdin: str, timeout_s: float) -> tuple[int, str, str]:
+        try:
+            done = transport.run_argv(argv, input=stdin.encode(), timeout_s=timeout_s)
+        except Exception as exc:  # unreachable host: the launch will say so itself
+            return 255, "", str(exc)
+        return done.returncode, done.stdout.decode(errors="replace"), done.stderr.decode(errors="replace")
+
+    return run
+
+
+class HostPreflight:
+    """SGLang's verdict on the GPU host, per command line, before its launch.
+
+    It applies to a launch of ``<python> -m sglang.launch_server``: the probe runs with
+    that interpreter. Where it cannot run (no sglang there: the emulator, a test host) it
+    answers None once and is not tried again, and the tuner's rules stand in. Verdicts
+    are cached by command line: one probe per distinct launch.
+    """
+
+    def __init__(
+        self,
+        runner: Runner = local_runner,
+        *,
+        timeout_s: float = 180.0,
+        fake_host: bool = False,
+        model_config: str | None = None,
+    ) -> None:
+        """``fake_host`` and ``model_config`` are the probe's stand-ins for a host without
+        GPUs or weights (CI); a real host needs neither."""
+        self.runner = runner
+        self.timeout_s = timeout_s
+        self.fake_host = fake_host
+        self.model_config = model_config
+        self._verdicts: dict[tuple[str, ...], Verdict] = {}
+        self._unavailable: dict[str, str] = {}
+        self._versions: dict[str, str | None] = {}
+
+    @staticmethod
+    def interpreter(spec: LaunchSpec) -> str | None:
+        """The interpreter of an SGLang launch (``python3`` of ``python3 -m sglang.launch_server``),
+        None for any other command (the emulator, a wrapper script)."""
+        argv = spec.argv
+        if spec.engine != "sglang" or len(argv) < 3 or not Path(argv[0]).name.startswith("python"):
+            return None
+        return argv[0] if argv[1] == "-m" and argv[2] == "sglang.launch_server" else None
+
+    def version(self, python: str) -> str | None:
+        """The sglang release installed for ``python`` on the host; None if there is none."""
+        if python not in self._versions:
+            code, out, _err = self.runner([python, "-c", PROBE_SCRIPT.read_text(), "--version"], "", 60.0)
+            self._versions[python] = (out.strip() or None) if code == 0 else None
+        return self._versions[python]
+
+    def unavailable(self, python: str) -> str | None:
+        """Why the probe cannot run with ``python`` (None while it can, or was not tried)."""
+        return self._unavailable.get(python)
+
+    def verdict(self, spec: LaunchSpec) -> Verdict | None:
+        """SGLang's verdict on ``spec``; None when no SGLang can judge it here."""
+        python = self.interpreter(spec)
+        if python is None or python in self._unavailable:
+            return None
+        key = tuple(spec.argv)
+        if key not in self._verdicts:
+            cmd = probe_command(python, fake_host=self.fake_host, model_config=self.model_config)
+            code, out, err = self.runner(cmd, request_lines([spec.argv]), self.timeout_s)
+            try:
+                if code != 0:
+                    tail = err.strip().splitlines()[-1:] or [f"exit status {code}"]
+                    raise ProbeError(tail[0])
+                (verdict,) = parse_answers(out, 1)
+            except (ProbeError, ValueError) as exc:
+                self._unavailable[python] = str(exc)
+                return None
+            if not verdict.ok and ENVIRONMENT_FAILURE.match(verdict.message or ""):
+                # the host cannot judge (no GPU visible, model files missing): not the config's fault
+                self._unavailable[python] = verdict.message or ""
+                return None
+            self._verdicts[key] = verdict
+        return self._verdicts[key]

@@ -314,6 +314,14 @@ class Emulator:
                 "served_model_name": self.served_model_name,
                 "label": pm.args.label(),
                 "max_total_num_tokens": mem.kv_tokens,
+                # SGLang 0.5.23 nests the resolved graph limits; an explicit decode limit is
+                # reported as asked (the simulator's memory plan caps it at the running batch).
+                "cuda_graph_config": {
+                    "decode": {
+                        "backend": "full" if pm.args.cuda_graph_enabled else "disabled",
+                        "max_bs": pm.args.cuda_graph_max_bs or mem.cuda_graph_max_bs,
+                    }
+                },
                 "memory": mem.as_dict(),
                 "internal_states": [
                     {
@@ -656,8 +664,8 @@ def _sglang_flag(argv: Sequence[str], *names: str) -> str | None:
 def _report_failure(exc: LaunchFailure) -> int:
     """Die as SGLang does: argparse errors with usage and status 2, the rest with a
     traceback-shaped report and status 1."""
-    if exc.message.startswith("launch_server: error:"):
-        sys.stderr.write(f"usage: launch_server [-h] --model-path MODEL_PATH [options]\n{exc.message}\n")
+    if exc.message.startswith("sglang serve: error:"):
+        sys.stderr.write(f"usage: sglang serve [-h] [--model-path MODEL_PATH] [options]\n{exc.message}\n")
         return 2
     sys.stderr.write(
         "Traceback (most recent call last):\n"
