@@ -66,7 +66,8 @@ def test_a_rewrite_prone_space_launches_each_resolved_server_once(workdir: Path)
     launched_servers = [t.user_attrs["server_key"] for t in launched]
     assert len(launched) == 5 == len(set(launched_servers))  # one DeepEP server, four plain ones
     logs = workdir / "studies" / "deepep"
-    assert sorted(p.name for p in logs.glob("trial-*.log")) == sorted(f"trial-{t.number}.log" for t in launched)
+    started = sorted(p.name for p in logs.glob("trial-*.log"))
+    assert started == sorted(f"trial-{t.number}.log" for t in launched)
 
     deepep = [t for t in trials if t.params["moe_a2a_backend"] == "deepep"]
     first = min(deepep, key=lambda t: t.number)
