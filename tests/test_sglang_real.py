@@ -21,6 +21,7 @@ all-to-all backend) is the one SGLang resolves.
 from __future__ import annotations
 
 import json
+import textwrap
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -29,9 +30,13 @@ from typing import Any
 import pytest
 import yaml
 
+from tuner.backends import SimBackend
 from tuner.engines import sglang
-from tuner.preflight import Verdict, probe
-from tuner.space import Space
+from tuner.engines.base import LaunchSpec
+from tuner.objectives import Objective
+from tuner.preflight import HostPreflight, Verdict, probe
+from tuner.space import Space, load_space
+from tuner.study import Search
 
 ROOT = Path(__file__).resolve().parent.parent
 VENV = ROOT / ".venv-sglang"
@@ -183,3 +188,64 @@ def test_the_shipped_flag_table_is_the_installed_release():
         check=True,
     )
     assert json.loads(done.stdout) == sglang.release_table("0.5.23")
+
+
+class _SimWithRealPreflight(SimBackend):
+    """The simulator for the measurements, with the real SGLang's pre-flight: the GPU host's
+    SGLang is stood in for by the fake-host probe of ``.venv-sglang``."""
+
+    name = "sim+preflight"
+
+    def __init__(self, space: Space) -> None:
+        super().__init__(space.hardware, space.model, noise=0.0)
+        self.host = HostPreflight(fake_host=True, model_config=str(MODEL_CONFIG))
+        self.measured: list[list[str]] = []
+
+    def preflight(self, spec: LaunchSpec) -> Verdict | None:
+        return self.host.verdict(spec)
+
+    def measure(self, spec: LaunchSpec, *args: Any, **kwargs: Any) -> Any:
+        self.measured.append(list(spec.argv))
+        return super().measure(spec, *args, **kwargs)
+
+
+def test_the_preflight_turns_sglangs_refusal_into_an_infeasible_trial(workdir: Path):
+    """A refusal the tuner's rules do not know (chunked prefill not a multiple of the page
+    size) costs no launch: the trial is infeasible with SGLang's own message, and the
+    accepted trial carries the settings SGLang resolved."""
+    path = workdir / "pages.yaml"
+    path.write_text(
+        textwrap.dedent(f"""
+        name: pages
+        engine: sglang
+        engine_version: "0.5.23"
+        hardware: rtx-pro-6000-pcie-x8
+        model: kimi-k2.6
+        launch:
+          command: [{PYTHON}, -m, sglang.launch_server]
+          flags: {{--model-path: /models/Kimi-K2.6, --tp-size: 8, --page-size: 64,
+                  --mem-fraction-static: 0.88, --max-running-requests: 128}}
+        parameters:
+          chunked_prefill_size: {{flag: --chunked-prefill-size, type: categorical, choices: [8192, 100]}}
+        workload: {{kind: burst, levels: [1, 64], max_tokens: 256, single_max_tokens: 64}}
+        start:
+          - {{chunked_prefill_size: 8192}}
+          - {{chunked_prefill_size: 100}}
+        """)
+    )
+    space = load_space(path)
+    backend = _SimWithRealPreflight(space)
+    search = Search(space, backend, study_name="pages", storage="sqlite:///studies/pages.db",
+                    objective=Objective(), seed=0, budget=2)  # fmt: skip
+    search.run()
+    ok, refused = search.study.get_trials()
+    assert ok.user_attrs["outcome"] == "complete"
+    assert ok.user_attrs["preflight"]["resolved"]["chunked_prefill_size"] == 8192
+    # SGLang's own default for the decode graphs: the running-request cap
+    assert ok.user_attrs["preflight"]["resolved"]["cuda_graph_decode_max_bs"] == 128
+    assert refused.user_attrs["outcome"] == "infeasible"
+    assert refused.user_attrs["reason"] == (
+        "invalid-args: AssertionError: chunked_prefill_size must be divisible by page_size"
+    )
+    assert refused.user_attrs["server_s"] == 0.0
+    assert len(backend.measured) == 1  # only the accepted configuration was launched
