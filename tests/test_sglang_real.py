@@ -30,11 +30,11 @@ from typing import Any
 import pytest
 import yaml
 
-from tuner.backends import SimBackend
+from tuner.backends import LauncherBackend, SimBackend
 from tuner.engines import sglang
 from tuner.engines.base import LaunchSpec
 from tuner.objectives import Objective
-from tuner.preflight import HostPreflight, Verdict, probe
+from tuner.preflight import HostPreflight, Verdict, adopt_host_release, probe
 from tuner.space import Space, load_space
 from tuner.study import Search
 
@@ -249,3 +249,36 @@ def test_the_preflight_turns_sglangs_refusal_into_an_infeasible_trial(workdir: P
     )
     assert refused.user_attrs["server_s"] == 0.0
     assert len(backend.measured) == 1  # only the accepted configuration was launched
+
+
+def test_the_release_is_asked_on_the_host(workdir: Path):
+    """A space without engine_version takes the host's release; one naming another is kept
+    and the user told. Asked through the local launcher's host (this machine)."""
+
+    def space_file(version_line: str) -> Space:
+        path = workdir / "asked.yaml"
+        path.write_text(
+            textwrap.dedent(f"""
+            name: asked
+            engine: sglang
+            {version_line}
+            hardware: rtx-pro-6000-pcie-x8
+            model: kimi-k2.6
+            launch:
+              command: [{PYTHON}, -m, sglang.launch_server]
+              flags: {{--model-path: /models/Kimi-K2.6, --tp-size: 8}}
+            """)
+        )
+        return load_space(path)
+
+    backend = LauncherBackend("local", log_dir=workdir / "logs")
+    space = space_file("")
+    space.engine = space.engine.for_version("0.5.22")  # as if the adapter's default were older
+    assert adopt_host_release(space, backend) == (
+        "the host runs SGLang 0.5.23: judging launches by the flags of 0.5.23"
+    )
+    assert space.engine.version == "0.5.23"
+    pinned = space_file('engine_version: "0.5.22"')
+    note = adopt_host_release(pinned, backend)
+    assert note is not None and "engine_version is 0.5.22 but the host runs SGLang 0.5.23" in note
+    assert pinned.engine.version == "0.5.22"

@@ -71,6 +71,11 @@ class Backend(ABC):
         launch rules stand in)."""
         return None
 
+    def engine_version(self, spec: LaunchSpec) -> str | None:
+        """The engine release the serving host has for ``spec``'s interpreter; None when
+        unknown (the default)."""
+        return None
+
     @abstractmethod
     def measure(
         self,
@@ -196,6 +201,10 @@ class LauncherBackend(Backend):
     def preflight(self, spec: LaunchSpec) -> Verdict | None:
         """SGLang's verdict from the first host of the pool (all hosts serve one install)."""
         return self._preflight.verdict(spec)
+
+    def engine_version(self, spec: LaunchSpec) -> str | None:
+        python = HostPreflight.interpreter(spec)
+        return None if python is None else self._preflight.version(python)
 
     def interrupt(self) -> None:
         self._interrupted.set()

@@ -16,6 +16,7 @@ from tuner.backends import DEFAULT_HEALTH_TIMEOUT_S, Backend, Interrupted, Launc
 from tuner.errors import UsageError
 from tuner.launchers.ssh import SshTransport
 from tuner.objectives import Objective
+from tuner.preflight import adopt_host_release
 from tuner.progress import Progress
 from tuner.settings import Settings
 from tuner.settings import load as load_settings
@@ -163,6 +164,9 @@ def run(args: argparse.Namespace) -> int:
     objective = make_objective(space, args)
     study_name = args.study or default_study_name(space, objective)
     backend = make_backend(space, args, study_name, settings)
+    release_note = adopt_host_release(space, backend)
+    if release_note:
+        print(release_note, flush=True)
     workers = args.workers or settings.workers
     if workers < 1:
         raise UsageError("--workers must be at least 1")

@@ -374,6 +374,11 @@ class SGLangEngine(ArgparseEngine):
         """The adapter of SGLang ``version`` (KeyError naming the known releases)."""
         return self if version == self.version else SGLangEngine(version)
 
+    def for_host_version(self, version: str) -> SGLangEngine:
+        """The adapter for a host that runs ``version``: its own table, or the nearest
+        older one the tuner ships (:func:`nearest_release`)."""
+        return self.for_version(nearest_release(version))
+
     def parse(self, argv: Sequence[str]) -> ServerArgs:
         return parse_args(argv, version=self.version, strict=True)
 

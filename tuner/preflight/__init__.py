@@ -19,10 +19,13 @@ import subprocess
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tuner.engines.base import LaunchSpec
 from tuner.engines.sglang import strip_launch_prefix
+
+if TYPE_CHECKING:
+    from tuner.space import Space
 
 #: The probe script; it imports nothing of the tuner, so it runs with the serving interpreter.
 PROBE_SCRIPT = Path(__file__).with_name("sglang_probe.py")
@@ -195,3 +198,28 @@ class HostPreflight:
                 return None
             self._verdicts[key] = verdict
         return self._verdicts[key]
+
+
+def adopt_host_release(space: Space, backend: Any) -> str | None:
+    """Ask the serving host which SGLang release it runs (through the backend's launcher
+    transport) and judge the space by that release's flags: a space without
+    ``engine_version`` takes the host's (the nearest release with a flag table); one that
+    names another release is kept and the mismatch returned in words for the user.
+    Returns a line to show, or None when nothing was learnt or all agrees."""
+    ask = getattr(backend, "engine_version", None)
+    pick = getattr(space.engine, "for_host_version", None)
+    if ask is None or pick is None:
+        return None
+    version = ask(space.render(space.complete({})))
+    if version is None:
+        return None
+    wanted = space.spec.engine_version
+    if wanted is None:
+        space.engine = pick(version)
+        return f"the host runs SGLang {version}: judging launches by the flags of {space.engine.version}"
+    if wanted != version:
+        return (
+            f"{space.source}: engine_version is {wanted} but the host runs SGLang {version}; "
+            "the pre-flight judges each launch with the host's own SGLang"
+        )
+    return None
