@@ -84,3 +84,8 @@ def test_a_rewrite_prone_space_launches_each_resolved_server_once(workdir: Path)
     assert info["ep_size"] == 8 and info["cuda_graph_config"]["decode"]["max_bs"] == 64
     assert all("server_differs" not in t.user_attrs for t in launched)
     assert emulator_pids(port) == []
+
+    listing = subprocess.run(
+        [sys.executable, "-m", "tuner", "trials"], capture_output=True, text=True, timeout=60, env=env
+    )
+    assert "SGLang resolves ep_size 2 -> 8" in listing.stdout

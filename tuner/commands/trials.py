@@ -35,6 +35,9 @@ def run(args: argparse.Namespace) -> int:
         if MODEL_PICK in rec.attrs:
             pick = f"the additive model's pick: #{rec.attrs[MODEL_PICK]} with the changes the study favours"
             reason = f"{pick} {reason}".strip()
+        if rec.attrs.get("rewrites"):  # the engine starts another server than the flags say
+            changed = ", ".join(f"{k} {a} -> {b}" for k, (a, b) in rec.attrs["rewrites"].items())
+            reason = f"{reason} (SGLang resolves {changed})".strip()
         if "retry_history" in t.system_attrs or "failed_trial" in t.system_attrs:
             reason = (reason + f" (retry of #{t.system_attrs.get('failed_trial')})").strip()
         params = " ".join(f"{k}={v}" for k, v in rec.params.items())
