@@ -376,7 +376,7 @@ class Search:
         if plan == leader.trial.params:
             return None
         key = self._identity(plan)
-        if key is None or key in {_server_key(t) for t in trials}:
+        if key is None or key in {self._identity(dict(t.params)) for t in trials}:
             return None
         return plan
 
