@@ -172,7 +172,8 @@ class _Parser(argparse.ArgumentParser):
 _TYPES: dict[str, Callable[[str], Any]] = {"int": int, "float": float, "str": str}
 
 #: Spellings the simulator still understands from older space files: SGLang 0.5.13 and
-#: earlier had one ``--cuda-graph-max-bs`` (the decode graph's limit).
+#: earlier had one ``--cuda-graph-max-bs`` (the decode graph's limit; a deprecated alias of
+#: ``--cuda-graph-max-bs-decode`` in 0.5.14-0.5.15, gone by 0.5.20).
 _LEGACY_ALIASES = {"--cuda-graph-max-bs": "cuda_graph_max_bs_decode"}
 
 
