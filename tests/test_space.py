@@ -145,7 +145,7 @@ def test_reference_best_renders_the_hand_tuned_launch(space):
         "8",
         "--moe-a2a-backend",
         "none",
-        "--cuda-graph-max-bs",
+        "--cuda-graph-max-bs-decode",
         "256",
         "--max-running-requests",
         "256",

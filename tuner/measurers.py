@@ -23,6 +23,7 @@ from tuner.engines.base import LaunchSpec
 from tuner.failures import LaunchFailure
 from tuner.metrics import LevelMetrics, summarize
 from tuner.objectives import Objective, goodput_tok_s
+from tuner.preflight import HostPreflight, Verdict, local_runner, ssh_runner
 from tuner.request_records import LevelRecords
 from tuner.sim.model import PerfModel
 from tuner.sim.serving import DEFAULT_NOISE, ServingSimulator
@@ -92,6 +93,17 @@ class Measurer(ABC):
         """
         return None
 
+    def preflight(self, spec: LaunchSpec) -> Verdict | None:
+        """The engine's own verdict on ``spec`` from the serving host, before a launch
+        (:mod:`tuner.preflight`); None where none can be had (the default: the tuner's
+        launch rules stand in)."""
+        return None
+
+    def engine_version(self, spec: LaunchSpec) -> str | None:
+        """The engine release the serving host has for ``spec``'s interpreter; None when
+        unknown (the default)."""
+        return None
+
     @abstractmethod
     def measure(
         self,
@@ -106,6 +118,19 @@ class Measurer(ABC):
     ) -> Measurement:
         """Run one trial's server and sweep (``levels``: the order to measure the
         workload's levels in, default lowest first); never leaves a server running."""
+
+
+def read_server_info(base_url: str, timeout_s: float = 10.0) -> dict[str, object]:
+    """The settings a healthy server reports (``GET /server_info``: SGLang's resolved
+    arguments); empty when it does not answer with a JSON object."""
+    import httpx
+
+    try:
+        answer = httpx.get(base_url.rstrip("/") + "/server_info", timeout=timeout_s, trust_env=False)
+        info = answer.json() if answer.status_code == 200 else {}
+    except (httpx.HTTPError, ValueError):
+        return {}
+    return info if isinstance(info, dict) else {}
 
 
 def record_level(
@@ -210,6 +235,16 @@ class LauncherMeasurer(Measurer):
         self._active: set = set()
         self._lock = threading.Lock()
         self._interrupted = threading.Event()
+        first = (hosts or (None,))[0]
+        self._preflight = HostPreflight(local_runner if first is None else ssh_runner(first))
+
+    def preflight(self, spec: LaunchSpec) -> Verdict | None:
+        """SGLang's verdict from the first host of the pool (all hosts serve one install)."""
+        return self._preflight.verdict(spec)
+
+    def engine_version(self, spec: LaunchSpec) -> str | None:
+        python = HostPreflight.interpreter(spec)
+        return None if python is None else self._preflight.version(python)
 
     def interrupt(self) -> None:
         self._interrupted.set()
@@ -265,6 +300,7 @@ class LauncherMeasurer(Measurer):
         try:
             launcher.start(spec, log_path=log_path, trial_label=trial_label)
             m.startup_s = m.server_s = launcher.wait_healthy(self.health_timeout_s, poll_s=1.0)
+            m.server_info = read_server_info(launcher.base_url())
             died = False
             bad_level: str | None = None
 

@@ -26,12 +26,13 @@ import optuna
 from loguru import logger
 from optuna.trial import FrozenTrial, TrialState
 
-from tuner import budget, effects, estimates, fidelity, ownership, trial_record
+from tuner import budget, effects, estimates, fidelity, ownership, resolution, trial_record
 from tuner.budget import StudyStopped
 from tuner.coordination import BudgetGate, Heartbeat
 from tuner.failures import SETUP_CLASSES, LaunchFailure
 from tuner.measurers import Interrupted, Measurer
 from tuner.objectives import Objective
+from tuner.preflight import Verdict
 from tuner.pruning import RelativeToBestPruner
 from tuner.sampler import IncumbentLocalSampler
 from tuner.space import Space
@@ -142,7 +143,7 @@ class Search:
         """Canonical configuration of a sampler proposal; None if the launch rules reject it."""
         try:
             full = self.space.complete(params)
-            return None if self.space.check(full) else self.space.key(full)
+            return None if self.space.check(full) else resolution.server_key(self.space, full)
         except ValueError:
             return None
 
@@ -355,7 +356,7 @@ class Search:
         if plan == leader.trial.params:
             return None
         key = self._identity(plan)
-        if key is None or key in {trial_record.config_key(t) for t in trials}:
+        if key is None or key in {self._identity(dict(t.params)) for t in trials}:
             return None
         return plan
 
@@ -378,8 +379,13 @@ class Search:
         reasons = self.space.check(params)
         if reasons:
             return self._infeasible(trial, reasons)
+        verdict = self.measurer.preflight(spec)
+        if verdict is not None and not verdict.ok:  # SGLang's own refusal, at zero launch cost
+            record.preflight(ok=False, message=verdict.message)
+            return self._infeasible(trial, [f"invalid-args: {verdict.message}"])
+        intended = self._record_resolution(record, params, verdict)
         if self.reuse and not record.repeats:
-            original = self._measured(key, trial.number)
+            original = self._measured(record.server_key, trial.number)
             proxy_only = original is not None and trial_record.fidelity(original) != "target"
             if original is not None and not (record.wants_target and proxy_only):
                 return self._reuse(trial, original)
@@ -422,6 +428,10 @@ class Search:
             m.server_info,
         )
         record.ran_on(m.log_path, m.python)
+        if m.server_info and intended:
+            differs = resolution.readback_differences(intended, m.server_info)
+            if differs:  # the server runs with other settings than intended: shown on the trial
+                record.server_differs(differs)
         if m.status == "failed":
             assert m.failure is not None
             return self._failed(trial, m.failure)
@@ -487,12 +497,31 @@ class Search:
         TrialWriter(trial).launch_failed(failure.reason, failure.message)
         return self._worst()
 
-    def _measured(self, key: str, number: int) -> FrozenTrial | None:
+    def _record_resolution(
+        self, record: TrialWriter, params: dict[str, Any], verdict: Verdict | None
+    ) -> dict[str, Any] | None:
+        """Record the server ``params`` resolves to (SGLang's own resolution when the
+        pre-flight ran) and the settings it silently rewrites; return that server."""
+        resolved = dict(verdict.resolved) if verdict is not None else None
+        if verdict is not None:
+            record.preflight(ok=True, resolved=resolved)
+        record.resolved_server(resolution.server_key(self.space, params, resolved))
+        try:
+            intended = resolution.identity(self.space, params, resolved)
+            rewrites = resolution.rewrites(self.space, params, resolved)
+        except LaunchFailure:
+            return None
+        if rewrites:
+            record.rewrites(rewrites)
+        return intended
+
+    def _measured(self, key: str | None, number: int) -> FrozenTrial | None:
+        """A trial that ran the same server (by the resolved server, see :mod:`tuner.resolution`)."""
         for t in self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)):
             if (
                 t.number != number
                 and budget.has_verdict(t)
-                and trial_record.config_key(t) == key
+                and trial_record.server_key(t) == key
                 and trial_record.reused_from(t) is None
             ):
                 return t

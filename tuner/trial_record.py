@@ -72,6 +72,15 @@ PYTHON = "python"
 #: Attributes a queued-again trial keeps from the trial it replaces.
 QUEUE_ATTRS = (REPEAT_OF, MODEL_PICK, FIDELITY)
 
+#: SGLang's own verdict on the launch from the serving host (:mod:`tuner.preflight`).
+PREFLIGHT = "preflight"
+#: The server the launch resolves to (:func:`tuner.resolution.server_key`): what reuse keys on.
+SERVER_KEY = "server_key"
+#: Settings the engine silently rewrites: ``{name: [asked, resolved]}``.
+REWRITES = "rewrites"
+#: Settings the healthy server reported that differ from the intended ones.
+SERVER_DIFFERS = "server_differs"
+
 # --- the study's own attributes -----------------------------------------------------------
 STUDY_SPACE = "space"
 STUDY_OBJECTIVE = "objective"
@@ -127,6 +136,11 @@ def server_s(t: FrozenTrial) -> float:
     return float(t.user_attrs.get(SERVER_S, 0.0) or 0.0)
 
 
+def server_key(t: FrozenTrial) -> str | None:
+    """The resolved server a trial ran (its rendered configuration for older records)."""
+    return t.user_attrs.get(SERVER_KEY, t.user_attrs.get(CONFIG_KEY))
+
+
 def fidelity(t: FrozenTrial) -> str:
     """``target`` or ``proxy``: what the trial's value was measured on."""
     return str(t.user_attrs.get(FIDELITY, "target"))
@@ -162,6 +176,8 @@ class TrialRecord:
     model_pick: int | None = None
     #: ``target`` or ``proxy`` (see :data:`FIDELITY`).
     fidelity: str = "target"
+    #: Settings the engine rewrites (see :data:`REWRITES`).
+    rewrites: dict[str, Any] = field(default_factory=dict)
     #: Value reported at each level (step), for pruning.
     intermediate: dict[int, float] = field(default_factory=dict)
     distributions: dict[str, Any] = field(default_factory=dict, repr=False)
@@ -203,6 +219,7 @@ class TrialRecord:
             repeat_of=a.get(REPEAT_OF),
             model_pick=a.get(MODEL_PICK),
             fidelity=str(a.get(FIDELITY, "target")),
+            rewrites=dict(a.get(REWRITES) or {}),
             intermediate=dict(sorted(t.intermediate_values.items())),
             distributions=dict(t.distributions),
             fail_reason=t.system_attrs.get("fail_reason"),
@@ -361,6 +378,30 @@ class TrialWriter:
     def wants_target(self) -> bool:
         """The trial was queued to be measured on the target workload."""
         return self.trial.user_attrs.get(FIDELITY) == "target"
+
+    @property
+    def server_key(self) -> str | None:
+        return self.trial.user_attrs.get(SERVER_KEY, self.trial.user_attrs.get(CONFIG_KEY))
+
+    def preflight(
+        self, *, ok: bool, message: str | None = None, resolved: Mapping[str, Any] | None = None
+    ) -> None:
+        """SGLang's verdict from the serving host: a refusal's message, or the resolved settings."""
+        verdict: dict[str, Any] = {"ok": ok}
+        if message is not None:
+            verdict["message"] = message
+        if resolved is not None:
+            verdict["resolved"] = _jsonable(dict(resolved))
+        self._set(PREFLIGHT, verdict)
+
+    def resolved_server(self, key: str) -> None:
+        self._set(SERVER_KEY, key)
+
+    def rewrites(self, changes: Mapping[str, Any]) -> None:
+        self._set(REWRITES, _jsonable(dict(changes)))
+
+    def server_differs(self, differences: Mapping[str, Any]) -> None:
+        self._set(SERVER_DIFFERS, _jsonable(dict(differences)))
 
     def fidelity(self, value: str) -> None:
         """What the trial's value was measured on (``target`` or ``proxy``)."""

@@ -27,6 +27,7 @@ from tuner.measurers import (
     SimMeasurer,
 )
 from tuner.objectives import Objective
+from tuner.preflight import adopt_host_release
 from tuner.progress import Progress
 from tuner.settings import Settings
 from tuner.settings import load as load_settings
@@ -260,6 +261,9 @@ def run(args: argparse.Namespace) -> int:
     measurer = make_measurer(space, args, study_name, settings)
     if args.backend == "local":
         claim_local_slot(space)
+    release_note = adopt_host_release(space, measurer)
+    if release_note:
+        print(release_note, flush=True)
     workers = args.workers or settings.workers
     if workers < 1:
         raise UsageError("--workers must be at least 1")

@@ -94,6 +94,9 @@ def _note(t: FrozenTrial, rec: TrialRecord, engine: str | None) -> str:
     if rec.model_pick is not None:
         pick = f"the additive model's pick: #{rec.model_pick} with the changes the study favours"
         reason = f"{pick} {reason}".strip()
+    if rec.rewrites:  # the engine starts another server than the flags say
+        changed = ", ".join(f"{k} {a} -> {b}" for k, (a, b) in rec.rewrites.items())
+        reason = f"{reason} (SGLang resolves {changed})".strip()
     if "retry_history" in t.system_attrs or "failed_trial" in t.system_attrs:
         reason = (reason + f" (retry of #{t.system_attrs.get('failed_trial')})").strip()
     return reason

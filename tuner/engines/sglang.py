@@ -8,10 +8,14 @@ classifier looks the same whether it came from the simulator or a real server.
 from __future__ import annotations
 
 import argparse
+import functools
+import json
 import re
 import shlex
-from collections.abc import Sequence
-from dataclasses import dataclass, fields
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, fields
+from importlib import resources
+from typing import Any
 
 from tuner.engines.base import Engine, FailurePattern
 from tuner.failures import LaunchFailure
@@ -19,15 +23,76 @@ from tuner.failures import LaunchFailure
 #: Command prefixes that may precede the flags of a full launch command line.
 LAUNCH_PREFIXES = ("sglang.launch_server", "sglang.launch_server.py", "launch_server")
 
-KV_CACHE_DTYPES = ("auto", "fp8_e5m2", "fp8_e4m3", "bf16", "bfloat16")
-MOE_A2A_BACKENDS = ("none", "deepep", "mooncake")
-DEEPEP_MODES = ("auto", "normal", "low_latency")
+#: SGLang releases whose complete flag tables ship with the tuner (``data/engines/sglang-<v>.json``,
+#: each the output of ``tuner/preflight/sglang_probe.py --dump-options`` run against that
+#: release). A space names its target with ``engine_version:``; a host is asked for its own.
+RELEASES = ("0.5.22", "0.5.23")
+DEFAULT_RELEASE = "0.5.23"
 
-#: SGLang's default ``--chunked-prefill-size`` and ``--cuda-graph-max-bs`` for GPUs with
-#: 90-160 GiB under TP >= 4 (server_args.py, ``_handle_gpu_memory_settings``).
+#: The program name in SGLang's argparse messages (``prepare_server_args``), whichever
+#: entry point launched it.
+PROG = "sglang serve"
+
+#: All-to-all MoE backends that span the whole TP group: SGLang sets ep_size = tp_size for
+#: each (``_A2A_EP_SPANNING_BACKENDS`` in ``arg_groups/overrides.py``, 0.5.22 and 0.5.23).
+EP_SPANNING_A2A_BACKENDS = frozenset(
+    {
+        "megamoe",
+        "deepep",
+        "deepep_v2",
+        "mooncake",
+        "nixl",
+        "ascend_fuseep",
+        "flashinfer",
+        "flashinfer_megamoe",
+        "mori",
+        "pplx",
+    }
+)
+
+#: SGLang's default ``--chunked-prefill-size`` and ``--cuda-graph-max-bs-decode`` for GPUs
+#: with 90-160 GiB under TP >= 4 (``_handle_gpu_memory_settings``).
 DEFAULT_CHUNKED_PREFILL_SIZE = 8192
 DEFAULT_CUDA_GRAPH_MAX_BS_TP4 = 512
 DEFAULT_CUDA_GRAPH_MAX_BS = 256
+
+
+def release_table(version: str) -> dict[str, Any]:
+    """The flag table of SGLang ``version`` (one of :data:`RELEASES`): ``{"prog", "options":
+    [{"flags", "dest", "nargs", "type", "choices"}]}``; KeyError naming the known ones."""
+    if version not in RELEASES:
+        raise KeyError(f"no flag table for SGLang {version}; known releases: {', '.join(RELEASES)}")
+    return _load_table(version)
+
+
+@functools.cache
+def _load_table(version: str) -> dict[str, Any]:
+    text = resources.files("tuner").joinpath("data", "engines", f"sglang-{version}.json").read_text()
+    return json.loads(text)
+
+
+def choices(version: str, dest: str) -> tuple[str, ...] | None:
+    """The values SGLang ``version`` accepts for the option stored in ``dest``."""
+    for option in release_table(version)["options"]:
+        if option["dest"] == dest:
+            return None if option["choices"] is None else tuple(option["choices"])
+    raise KeyError(f"SGLang {version} has no option for {dest!r}")
+
+
+def flag_spellings(version: str) -> frozenset[str]:
+    """Every option string SGLang ``version`` registers (``--tp-size``, ``--tp``...)."""
+    return frozenset(f for option in release_table(version)["options"] for f in option["flags"])
+
+
+def nearest_release(version: str) -> str:
+    """The newest known release not newer than ``version`` (a host may run a release the
+    tuner has no table for); the oldest known one for anything older."""
+
+    def key(v: str) -> tuple[int, ...]:
+        return tuple(int(part) for part in re.findall(r"\d+", v)[:3])
+
+    older = [r for r in RELEASES if key(r) <= key(version)]
+    return max(older, key=key) if older else RELEASES[0]
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +162,10 @@ class ServerArgs:
             parts.append("DeepEP")
         return " ".join(parts)
 
+    @property
+    def attn_dp_size(self) -> int:
+        return self.dp_size if self.enable_dp_attention else 1
+
     def label(self) -> str:
         """A short human name of the layout, as people write it (``TP8 EP4``)."""
         parts = [f"TP{self.tp_size}"]
@@ -116,34 +185,47 @@ class ServerArgs:
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # argparse hook: fail like SGLang, do not exit
+    def error(self, message: str):  # argparse hook: fail with SGLang's wording, do not exit
         raise LaunchFailure("invalid-args", f"{self.prog}: error: {message}")
 
 
-def _parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="launch_server", add_help=False, allow_abbrev=False)
-    p.add_argument("--model-path", "--model")
-    p.add_argument("--served-model-name")
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=30000)
-    p.add_argument("--tp-size", "--tensor-parallel-size", "--tp", type=int, default=1)
-    p.add_argument("--ep-size", "--expert-parallel-size", "--ep", type=int, default=1)
-    p.add_argument("--pp-size", "--pipeline-parallel-size", "--pp", type=int, default=1)
-    p.add_argument("--dp-size", "--data-parallel-size", "--dp", type=int, default=1)
-    p.add_argument("--enable-dp-attention", action="store_true")
-    p.add_argument("--moe-dense-tp-size", type=int)
-    p.add_argument("--enable-eplb", action="store_true")
-    p.add_argument("--moe-a2a-backend", choices=MOE_A2A_BACKENDS, default="none")
-    p.add_argument("--deepep-mode", choices=DEEPEP_MODES, default="auto")
-    p.add_argument("--max-running-requests", type=int)
-    p.add_argument("--num-continuous-decode-steps", type=int, default=1)
-    p.add_argument("--mem-fraction-static", type=float)
-    p.add_argument("--disable-cuda-graph", action="store_true")
-    p.add_argument("--cuda-graph-max-bs", "--cuda-graph-max-bs-decode", type=int)
-    p.add_argument("--chunked-prefill-size", type=int)
-    p.add_argument("--kv-cache-dtype", choices=KV_CACHE_DTYPES, default="auto")
-    p.add_argument("--speculative-algorithm")
-    p.add_argument("--disable-overlap-schedule", action="store_true")
+_TYPES: dict[str, Callable[[str], Any]] = {"int": int, "float": float, "str": str}
+
+#: Spellings the simulator still understands from older space files: SGLang 0.5.13 and
+#: earlier had one ``--cuda-graph-max-bs`` (the decode graph's limit; a deprecated alias of
+#: ``--cuda-graph-max-bs-decode`` in 0.5.14-0.5.15, gone by 0.5.20).
+_LEGACY_ALIASES = {"--cuda-graph-max-bs": "cuda_graph_max_bs_decode"}
+
+
+@functools.cache
+def _parser(version: str, strict: bool) -> argparse.ArgumentParser:
+    """SGLang ``version``'s parser, rebuilt from its flag table: the same spellings, value
+    counts, types and choices, so abbreviations, ambiguous prefixes and unknown flags fail
+    as they do in SGLang (``allow_abbrev`` as argparse's default). ``strict=False`` is the
+    simulator's view: exact spellings only, unknown flags ignored, legacy aliases kept."""
+    p = _Parser(prog=PROG, add_help=False, allow_abbrev=strict)
+    known: set[str] = set()
+    for option in release_table(version)["options"]:
+        flags = option["flags"]
+        known.update(flags)
+        nargs = option["nargs"]
+        if nargs == 0:
+            p.add_argument(*flags, dest=option["dest"], action="store_const", const=True, default=None)
+            continue
+        kind = _TYPES[option["type"]]
+        kwargs: dict[str, Any] = {"dest": option["dest"], "type": kind, "default": None}
+        if nargs is not None:
+            kwargs["nargs"] = nargs
+        if option["choices"] is not None:
+            try:
+                kwargs["choices"] = [kind(c) for c in option["choices"]]
+            except ValueError:
+                kwargs["choices"] = option["choices"]
+        p.add_argument(*flags, **kwargs)
+    if not strict:
+        for flag, dest in _LEGACY_ALIASES.items():
+            if flag not in known:
+                p.add_argument(flag, dest=dest, type=int, default=None)
     return p
 
 
@@ -159,14 +241,34 @@ def strip_launch_prefix(argv: Sequence[str]) -> list[str]:
     return argv
 
 
-def parse_args(argv: Sequence[str] | str) -> ServerArgs:
-    """Parse SGLang launch flags. Unknown flags are accepted and ignored, as a server that
-    has them would; malformed values fail with argparse's wording (``invalid-args``)."""
+#: SGLang option dest -> field of :class:`ServerArgs` where the names differ.
+_FIELD_OF_DEST = {"cuda_graph_max_bs_decode": "cuda_graph_max_bs"}
+
+
+def parse_args(
+    argv: Sequence[str] | str, *, version: str = DEFAULT_RELEASE, strict: bool = False
+) -> ServerArgs:
+    """Parse SGLang launch flags as SGLang ``version`` does.
+
+    ``strict`` (the launch rules) refuses what SGLang's argparse refuses: unknown flags,
+    ambiguous prefixes (``--cuda-graph-max-bs`` when ``-decode`` and ``-prefill`` exist),
+    bad values, with its wording (``sglang serve: error: ...``, ``invalid-args``). Without
+    it (the simulator) unknown flags are ignored, as a server that has them would."""
     if isinstance(argv, str):
         argv = shlex.split(argv)
-    known, _unknown = _parser().parse_known_args(strip_launch_prefix(argv))
+    words = strip_launch_prefix(argv)
+    parser = _parser(version, strict)
+    known = parser.parse_args(words) if strict else parser.parse_known_args(words)[0]
     names = {f.name for f in fields(ServerArgs)}
-    return ServerArgs(**{k: v for k, v in vars(known).items() if k in names})
+    values: dict[str, Any] = {}
+    for dest, value in vars(known).items():
+        name = _FIELD_OF_DEST.get(dest, dest)
+        if name in names and value is not None:
+            values[name] = value
+    attn_dp = getattr(known, "attn_dp_size", None)
+    if attn_dp is not None and attn_dp > 1:  # 0.5.23's spelling of --dp-size N --enable-dp-attention
+        values.update(enable_dp_attention=True, dp_size=attn_dp)
+    return ServerArgs(**values)
 
 
 def validate(args: ServerArgs, gpu_count: int) -> ServerArgs:
@@ -186,8 +288,9 @@ def validate(args: ServerArgs, gpu_count: int) -> ServerArgs:
         )
     if args.max_running_requests is not None and args.max_running_requests < 1:
         raise LaunchFailure("invalid-args", "ValueError: max_running_requests must be positive")
-    if args.moe_a2a_backend == "deepep" and args.ep_size != args.tp_size:
-        # server_args.py: "DeepEP MoE `ep_size` is automatically set to be same as `tp_size`."
+    if args.moe_a2a_backend in EP_SPANNING_A2A_BACKENDS and args.ep_size != args.tp_size:
+        # "{backend} MoE is enabled. The expert parallel size is adjusted from {ep} to the
+        # tensor parallel size [{tp}]." (a silent rewrite: another ep is the same server)
         args = _replace(args, ep_size=args.tp_size)
     if args.moe_dense_tp_size not in (None, 1, args.tp_size):
         raise LaunchFailure(
@@ -242,22 +345,41 @@ def _replace(args: ServerArgs, **changes) -> ServerArgs:
 #: SGLang's log line once the HTTP server answers (``http_server.py``).
 READY_PATTERN = r"The server is fired up and ready to roll!"
 
-#: SGLang's startup-failure wording, most specific first (a CUDA-graph capture OOM also
-#: prints "CUDA out of memory", and every failure prints a traceback).
+#: SGLang's startup-failure wording (0.5.22/0.5.23 source), most specific first: a
+#: CUDA-graph capture OOM also prints "CUDA out of memory", a busy port under DP attention
+#: is a ValueError, and every failure prints a traceback.
 FAILURE_PATTERNS: tuple[FailurePattern, ...] = (
-    (re.compile(r"Capture cuda graph failed"), "cuda-graph-oom"),
+    # Decode graph: "Capture cuda graph failed: {e}"; prefill graph (captured by default since
+    # 0.5.2x, "breakable" backend): "Fail when using backend: breakable for prefill runner."
+    (
+        re.compile(r"Capture cuda graph failed|Fail when using backend: \S+ for prefill runner"),
+        "cuda-graph-oom",
+    ),
     (re.compile(r"Not enough memory\. Please try to increase --mem-fraction-static"), "oom"),
+    # The launcher's word for a scheduler the kernel's OOM killer took (host memory).
+    (re.compile(r"Rank \d+ scheduler died during initialization \(exit code: -9\)"), "oom"),
+    # Another process holds GPU memory (SGLANG_ENABLE_TP_MEMORY_INBALANCE_CHECK makes it fatal).
+    (re.compile(r"The memory capacity is unbalanced"), "oom"),
     (re.compile(r"CUDA out of memory|torch\.OutOfMemoryError|CUDA error: out of memory"), "oom"),
-    (re.compile(r"[Aa]ddress already in use|Port \d+ is (?:already )?in use"), "port-busy"),
-    # argparse: "usage: launch_server.py [-h] ..." then "launch_server.py: error: argument ..."
-    (re.compile(r"^\S+: error: ", re.MULTILINE), "invalid-args"),
+    # PortArgs: "Port is already in use. dist_init_port=..."; wait_port_available:
+    # "port_base at 30001 is not available in 30 seconds", "port 30001 is in use".
+    (
+        re.compile(
+            r"[Aa]ddress already in use|Port is already in use|"
+            r"\b[a-z_]*port[a-z_]* at \d+ is not available|\b[Pp]ort \d+ is (?:already )?in use"
+        ),
+        "port-busy",
+    ),
+    # argparse: "usage: sglang serve [-h] ..." then "sglang serve: error: argument ..."
+    (re.compile(r"^[\w./-]+(?: [\w./-]+)?: error: ", re.MULTILINE), "invalid-args"),
     (re.compile(r"\b(?:AssertionError|ValueError)\b"), "invalid-args"),
     (re.compile(r"Traceback \(most recent call last\)"), "crash"),
 )
 
 
 class SGLangEngine(Engine):
-    """SGLang (``python -m sglang.launch_server``): flags, launch rules and log wording."""
+    """SGLang (``python -m sglang.launch_server``) of one release: its flags, launch rules
+    and log wording. :meth:`for_version` gives the adapter of another release."""
 
     name = "sglang"
     health_path = "/health"
@@ -267,11 +389,58 @@ class SGLangEngine(Engine):
     #: The built-in simulator models SGLang.
     simulated = True
 
+    def __init__(self, version: str = DEFAULT_RELEASE) -> None:
+        release_table(version)  # KeyError for a release without a flag table
+        self.version = version
+
+    def for_version(self, version: str) -> SGLangEngine:
+        """The adapter of SGLang ``version`` (KeyError naming the known releases)."""
+        return self if version == self.version else SGLangEngine(version)
+
+    def for_host_version(self, version: str) -> SGLangEngine:
+        """The adapter for a host that runs ``version``: its own table, or the nearest
+        older one the tuner ships (:func:`nearest_release`)."""
+        return self.for_version(nearest_release(version))
+
     def parse(self, argv: Sequence[str] | str) -> ServerArgs:
-        return parse_args(argv)
+        return parse_args(argv, version=self.version, strict=True)
 
     def validate(self, args: ServerArgs, gpu_count: int) -> ServerArgs:  # type: ignore[override]
         return validate(args, gpu_count)
+
+    def resolve(self, argv: Sequence[str], gpu_count: int) -> ServerArgs:
+        """The server SGLang would start for ``argv``: parsed strictly, its launch rules
+        applied (silent rewrites included, e.g. ep = tp under DeepEP)."""
+        return validate(self.parse(argv), gpu_count)
+
+    def asked(self, argv: Sequence[str]) -> dict[str, Any]:
+        """The typed settings ``argv`` sets explicitly (by :class:`ServerArgs` field name),
+        before any resolution: what the configuration asked for."""
+        known = _parser(self.version, True).parse_args(strip_launch_prefix(argv))
+        names = {f.name for f in fields(ServerArgs)}
+        asked = {}
+        for dest, value in vars(known).items():
+            name = _FIELD_OF_DEST.get(dest, dest)
+            if value is not None and name in names:
+                asked[name] = value
+        return asked
+
+    def server_identity(
+        self, argv: Sequence[str], gpu_count: int, resolved: Mapping[str, Any] | None = None
+    ) -> dict[str, Any]:
+        """What identifies the server ``argv`` starts: every option SGLang parsed (by its
+        dest, spelling-independent) with the settings SGLang resolves in place of the
+        asked ones. ``resolved`` is SGLang's own resolution (the pre-flight's); without
+        it the launch rules resolve. Two command lines with one identity are one server
+        (DeepEP with ep 2 or ep 8 under tp 8)."""
+        known = _parser(self.version, True).parse_args(strip_launch_prefix(argv))
+        identity = {dest: value for dest, value in sorted(vars(known).items()) if value is not None}
+        identity.pop("attn_dp_size", None)  # folded into dp_size/enable_dp_attention below
+        identity.pop("cuda_graph_max_bs_decode", None)  # the typed view's cuda_graph_max_bs
+        if resolved is None:
+            resolved = asdict(self.resolve(argv, gpu_count))
+        identity.update(resolved)
+        return identity
 
 
 ENGINE = SGLangEngine()

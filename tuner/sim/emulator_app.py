@@ -262,6 +262,14 @@ class Emulator:
                 "served_model_name": self.served_model_name,
                 "label": pm.args.label(),
                 "max_total_num_tokens": mem.kv_tokens,
+                # SGLang 0.5.23 nests the resolved graph limits; an explicit decode limit is
+                # reported as asked (the simulator's memory plan caps it at the running batch).
+                "cuda_graph_config": {
+                    "decode": {
+                        "backend": "full" if pm.args.cuda_graph_enabled else "disabled",
+                        "max_bs": pm.args.cuda_graph_max_bs or mem.cuda_graph_max_bs,
+                    }
+                },
                 "memory": mem.as_dict(),
                 "internal_states": [
                     {

@@ -331,7 +331,7 @@ class PerfModel:
                 "Exception: Capture cuda graph failed: CUDA out of memory. "
                 f"Tried to allocate {graph_gib:.2f} GiB with {headroom - nccl_gib - act:.2f} GiB left. "
                 "Possible solutions:\n1. set --mem-fraction-static to a smaller value (e.g., 0.8 or 0.7)\n"
-                "2. set --cuda-graph-max-bs to a smaller value (e.g., 16)\n"
+                "2. set --cuda-graph-max-bs-decode to a smaller value (e.g., 16)\n"
                 "3. disable torch compile by not using --enable-torch-compile\n"
                 "4. disable CUDA graph by --disable-cuda-graph. (Not recommended. Huge performance loss)",
             )

@@ -129,8 +129,8 @@ def split_argv(argv: Sequence[str]) -> tuple[list[str], list[str]]:
 def _report_failure(exc: LaunchFailure) -> int:
     """Die as SGLang does: argparse errors with usage and status 2, the rest with a
     traceback-shaped report and status 1."""
-    if exc.message.startswith("launch_server: error:"):
-        sys.stderr.write(f"usage: launch_server [-h] --model-path MODEL_PATH [options]\n{exc.message}\n")
+    if exc.message.startswith("sglang serve: error:"):
+        sys.stderr.write(f"usage: sglang serve [-h] [--model-path MODEL_PATH] [options]\n{exc.message}\n")
         return 2
     sys.stderr.write(
         "Traceback (most recent call last):\n"

@@ -106,6 +106,11 @@ class Space:
             engine = engines.get(spec.engine)
         except KeyError as exc:
             problems.append(("engine", str(exc.args[0])))
+        if engine is not None and spec.engine_version is not None:
+            try:
+                engine = engines.for_version(engine, spec.engine_version)
+            except KeyError as exc:
+                problems.append(("engine_version", str(exc.args[0])))
         try:
             self.hardware_profile = profiles.hardware(_profile_ident(spec.hardware, base_dir))
         except profiles.ProfileError as exc:

@@ -51,6 +51,9 @@ class SpaceFile(Strict):
 
     name: str = Field(min_length=1)
     engine: str = "sglang"
+    #: the engine release on the target host (``"0.5.23"``): its flag spellings and launch
+    #: rules judge the configurations; unset, the adapter's default release
+    engine_version: str | None = None
     description: str = ""
     hardware: str
     model: str
