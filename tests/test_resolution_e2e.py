@@ -17,7 +17,8 @@ import sys
 import textwrap
 from pathlib import Path
 
-from tests.helpers import emulator_pids, free_port
+from tests.helpers import emulator_pids
+from tuner.net import free_port
 from tuner.storage import load_study
 
 

@@ -403,15 +403,22 @@ class SGLangEngine(Engine):
         return self.for_version(nearest_release(version))
 
     def parse(self, argv: Sequence[str] | str) -> ServerArgs:
-        return parse_args(argv, version=self.version, strict=True)
+        """The typed view of a command line (what launchers, the simulator and reports read):
+        the release's spellings, unknown flags passed over. :meth:`check` is strict."""
+        return parse_args(argv, version=self.version, strict=False)
 
     def validate(self, args: ServerArgs, gpu_count: int) -> ServerArgs:  # type: ignore[override]
         return validate(args, gpu_count)
 
+    def check(self, argv: Sequence[str], gpu_count: int) -> None:
+        """SGLang's verdict on ``argv``: its argparse (unknown flags, ambiguous prefixes, bad
+        values refused with its wording), then its launch rules."""
+        self.resolve(argv, gpu_count)
+
     def resolve(self, argv: Sequence[str], gpu_count: int) -> ServerArgs:
         """The server SGLang would start for ``argv``: parsed strictly, its launch rules
         applied (silent rewrites included, e.g. ep = tp under DeepEP)."""
-        return validate(self.parse(argv), gpu_count)
+        return validate(parse_args(argv, version=self.version, strict=True), gpu_count)
 
     def asked(self, argv: Sequence[str]) -> dict[str, Any]:
         """The typed settings ``argv`` sets explicitly (by :class:`ServerArgs` field name),

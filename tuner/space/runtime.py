@@ -385,7 +385,7 @@ class Space:
                 reasons.append(f"constraint: {reason}")
         spec = self.render(params)
         try:
-            self.engine.validate(spec.args, self.gpu_count)
+            self.engine.check(spec.argv, self.gpu_count)
         except LaunchFailure as exc:
             reasons.append(str(exc))
         return reasons
