@@ -240,7 +240,10 @@ def test_the_preflight_turns_sglangs_refusal_into_an_infeasible_trial(workdir: P
     search = Search(space, backend, study_name="pages", storage="sqlite:///studies/pages.db",
                     objective=Objective(), seed=0, budget=2)  # fmt: skip
     search.run()
-    ok, refused = search.study.get_trials()
+    trials = search.study.get_trials()
+    # The budget counts verdicts about configurations; a refusal before launch is no launch.
+    ok = next(t for t in trials if t.params["chunked_prefill_size"] == 8192)
+    refused = next(t for t in trials if t.params["chunked_prefill_size"] == 100)
     assert ok.user_attrs["outcome"] == "complete"
     assert ok.user_attrs["preflight"]["resolved"]["chunked_prefill_size"] == 8192
     # SGLang's own default for the decode graphs: the running-request cap
