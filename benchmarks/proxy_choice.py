@@ -75,7 +75,11 @@ def candidates(target: Workload) -> dict[str, Workload]:
     out["earlier default: C=1@128, heaviest@1024"] = _levels(
         target, (*single, heavy), max_tokens=1024, single_max_tokens=128
     )
-    return out
+    unique: dict[str, Workload] = {}
+    for name, wl in out.items():  # two derivations can give one workload: judge it once
+        if wl not in unique.values():
+            unique[name] = wl
+    return unique
 
 
 def _value(space: Space, params: dict[str, Any], wl: Workload) -> tuple[float, float]:

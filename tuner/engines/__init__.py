@@ -36,7 +36,4 @@ def get(name: str) -> Engine:
 def for_version(engine: Engine, version: str) -> Engine:
     """``engine``'s adapter for release ``version`` (its flag spellings and rules); KeyError
     when the adapter knows no such release or does not tell releases apart."""
-    pick = getattr(engine, "for_version", None)
-    if pick is None:
-        raise KeyError(f"engine {engine.name!r} does not tell releases apart; leave engine_version out")
-    return pick(version)
+    return engine.for_version(version)

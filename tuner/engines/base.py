@@ -186,6 +186,11 @@ class Engine(ABC):
         """Parse a command line (with or without its program prefix) into the engine's
         typed view of it; raise LaunchFailure("invalid-args", ...) for malformed values."""
 
+    def for_version(self, version: str) -> Engine:
+        """The adapter of release ``version`` (its flag spellings and rules); KeyError when
+        the adapter does not tell releases apart (the default) or knows no such release."""
+        raise KeyError(f"engine {self.name!r} does not tell releases apart; leave engine_version out")
+
     @abstractmethod
     def validate(self, args: ServerArgs, gpu_count: int) -> ServerArgs:
         """Apply the engine's launch-time rules for a host with ``gpu_count`` GPUs; return
