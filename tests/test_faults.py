@@ -262,6 +262,62 @@ def test_a_setup_error_stops_the_study_after_at_most_3_launches(workdir: Path):
     assert emulator_pids(port) == []
 
 
+@pytest.mark.skipif(pg_bin() is None, reason="PostgreSQL server binaries not installed")
+def test_postgres_restarted_mid_study_three_workers_reach_the_budget(workdir: Path):
+    """Three workers (processes) on the simulator share a study on PostgreSQL; the database
+    stops for a few seconds in the middle and comes back: the workers wait, none fails."""
+    with postgres_server() as url:
+        env = env_for(workdir)
+        procs = [
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "tuner",
+                    "search",
+                    "--storage",
+                    url,
+                    "--study",
+                    "pg",
+                    "--budget",
+                    "24",
+                    "--seed",
+                    str(i),
+                    "--quiet",
+                    "--no-annotate",
+                ],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                env=env,
+            )
+            for i in range(3)
+        ]
+        try:
+
+            def some_done() -> bool:
+                try:
+                    return budget.verdicts(optuna.load_study(study_name="pg", storage=url).get_trials()) >= 4
+                except Exception:
+                    return False
+
+            wait_for(some_done, 90, "the first trials")
+            url.stop()
+            time.sleep(4)
+            url.start()
+            outputs = [p.communicate(timeout=RUN_TIMEOUT_S)[0] for p in procs]
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+        assert [p.returncode for p in procs] == [0, 0, 0], outputs
+        assert all("Traceback" not in out for out in outputs)
+        trials = optuna.load_study(study_name="pg", storage=url).get_trials()
+    assert budget.verdicts(trials) == 24
+    assert not [t for t in trials if t.state == TrialState.RUNNING]
+    assert not [t for t in trials if t.state == TrialState.WAITING and "failed_trial" in t.system_attrs]
+
+
 # --------------------------------------------------------------------------- secrets
 
 HF_TOKEN = "hf_FaultMatrixToken0123456789"
