@@ -469,7 +469,7 @@ def test_ssh_interpreter_is_resolved_on_the_host(sshd, tmp_path: Path) -> None:
 
 
 def test_setup_errors_blame_the_host_not_the_configuration() -> None:
-    missing = "Traceback (most recent call last):\n  File ...\nModuleNotFoundError: No module named 'sglang'\n"
+    missing = "Traceback (most recent call last):\nModuleNotFoundError: No module named 'sglang'\n"
     failure = classify_failure(returncode=1, log_text=missing, patterns=SGLANG.failure_patterns)
     assert failure.reason == "setup" and "No module named 'sglang'" in failure.message
     driver = "RuntimeError: The NVIDIA driver on your system is too old (found version 11040)\n"
