@@ -318,6 +318,34 @@ def test_postgres_restarted_mid_study_three_workers_reach_the_budget(workdir: Pa
     assert not [t for t in trials if t.state == TrialState.WAITING and "failed_trial" in t.system_attrs]
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounting a small file system needs root")
+def test_a_full_file_system_stops_the_study_and_the_rerun_completes_it(workdir: Path):
+    port = free_port()
+    space, env = fault_space(workdir, port), env_for(workdir)
+    studies = workdir / "studies"
+    studies.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(studies)], capture_output=True
+    )
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a small file system here: {mounted.stderr.decode().strip()}")
+    try:
+        proc = start_search(space, 3, env)
+        wait_for(lambda: serving(workdir), 60, "the first server")
+        filler = studies / "filler"
+        subprocess.run(["dd", "if=/dev/zero", f"of={filler}", "bs=64k"], capture_output=True)  # until full
+        out = proc.communicate(timeout=RUN_TIMEOUT_S)[0]
+        assert proc.returncode == 3, out
+        assert "file system holding the study or its logs is full" in out and "Traceback" not in out
+        assert emulator_pids(port) == []
+        filler.unlink()
+        again = run_search(space, 3, env)
+        assert again.returncode == 0, again.stdout + again.stderr
+        assert_row(trials_of(workdir), 3, port)
+    finally:
+        subprocess.run(["umount", "-l", str(studies)], capture_output=True)
+
+
 # --------------------------------------------------------------------------- secrets
 
 HF_TOKEN = "hf_FaultMatrixToken0123456789"

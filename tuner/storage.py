@@ -8,6 +8,7 @@ study's whole state (:mod:`tuner.trial_record`).
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import os
 import re
@@ -81,6 +82,20 @@ _NOT_RETRIED = frozenset(
 )
 
 
+def disk_full(exc: BaseException | None) -> bool:
+    """``exc`` (or what caused it) says the disk is full: SQLite's "database or disk is
+    full", or an ``OSError`` with ``ENOSPC``."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
+            return True
+        if "database or disk is full" in str(exc) or "No space left on device" in str(exc):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
 def transient(exc: BaseException) -> bool:
     """A database error that a restart or a dropped connection explains (not a bad query,
     not refused credentials); Optuna wraps some in its StorageInternalError."""
@@ -91,7 +106,7 @@ def transient(exc: BaseException) -> bool:
         sqlalchemy.exc.InterfaceError,
         sqlalchemy.exc.PendingRollbackError,
     )
-    return isinstance(exc, lost) and not _is_auth_error(exc)
+    return isinstance(exc, lost) and not _is_auth_error(exc) and not disk_full(exc)
 
 
 def retry_through_outage(
