@@ -25,9 +25,24 @@ def pg_bin() -> Path | None:
     return Path(found[-1]).parent if found else None
 
 
+class PgUrl(str):
+    """The database's URL, with the server's ``stop()`` and ``start()`` (a restart test)."""
+
+    def __new__(cls, url: str, ctl: list[str]) -> PgUrl:
+        obj = super().__new__(cls, url)
+        obj.ctl = ctl
+        return obj
+
+    def stop(self) -> None:
+        subprocess.run([*self.ctl, "-m", "fast", "-w", "stop"], check=True, capture_output=True, timeout=120)
+
+    def start(self) -> None:
+        subprocess.run([*self.ctl, "-w", "start"], check=True, capture_output=True, timeout=120)
+
+
 @contextlib.contextmanager
 def postgres_server() -> Iterator[str]:
-    """Yield a SQLAlchemy URL of a fresh database on a private server."""
+    """Yield a SQLAlchemy URL of a fresh database on a private server (a :class:`PgUrl`)."""
     bindir = pg_bin()
     if bindir is None:
         raise FileNotFoundError("PostgreSQL server binaries not found (apt-get install postgresql)")
@@ -89,7 +104,18 @@ def postgres_server() -> Iterator[str]:
                 ],
                 **run,
             )
-            yield f"postgresql+psycopg://postgres@127.0.0.1:{port}/tuner"
+            options = f"-p {port} -k {sock} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=200"
+            ctl = [
+                *prefix,
+                str(bindir / "pg_ctl"),
+                "-D",
+                str(data),
+                "-l",
+                str(base / "server.log"),
+                "-o",
+                options,
+            ]
+            yield PgUrl(f"postgresql+psycopg://postgres@127.0.0.1:{port}/tuner", ctl)
         finally:
             subprocess.run(
                 [*prefix, str(bindir / "pg_ctl"), "-D", str(data), "-m", "fast", "-w", "stop"],

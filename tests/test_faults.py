@@ -262,6 +262,90 @@ def test_a_setup_error_stops_the_study_after_at_most_3_launches(workdir: Path):
     assert emulator_pids(port) == []
 
 
+@pytest.mark.skipif(pg_bin() is None, reason="PostgreSQL server binaries not installed")
+def test_postgres_restarted_mid_study_three_workers_reach_the_budget(workdir: Path):
+    """Three workers (processes) on the simulator share a study on PostgreSQL; the database
+    stops for a few seconds in the middle and comes back: the workers wait, none fails."""
+    with postgres_server() as url:
+        env = env_for(workdir)
+        procs = [
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "tuner",
+                    "search",
+                    "--storage",
+                    url,
+                    "--study",
+                    "pg",
+                    "--budget",
+                    "24",
+                    "--seed",
+                    str(i),
+                    "--quiet",
+                    "--no-annotate",
+                ],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                env=env,
+            )
+            for i in range(3)
+        ]
+        try:
+
+            def some_done() -> bool:
+                try:
+                    return budget.verdicts(optuna.load_study(study_name="pg", storage=url).get_trials()) >= 4
+                except Exception:
+                    return False
+
+            wait_for(some_done, 90, "the first trials")
+            url.stop()
+            time.sleep(4)
+            url.start()
+            outputs = [p.communicate(timeout=RUN_TIMEOUT_S)[0] for p in procs]
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+        assert [p.returncode for p in procs] == [0, 0, 0], outputs
+        assert all("Traceback" not in out for out in outputs)
+        trials = optuna.load_study(study_name="pg", storage=url).get_trials()
+    assert budget.verdicts(trials) == 24
+    assert not [t for t in trials if t.state == TrialState.RUNNING]
+    assert not [t for t in trials if t.state == TrialState.WAITING and "failed_trial" in t.system_attrs]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounting a small file system needs root")
+def test_a_full_file_system_stops_the_study_and_the_rerun_completes_it(workdir: Path):
+    port = free_port()
+    space, env = fault_space(workdir, port), env_for(workdir)
+    studies = workdir / "studies"
+    studies.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(studies)], capture_output=True
+    )
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a small file system here: {mounted.stderr.decode().strip()}")
+    try:
+        proc = start_search(space, 3, env)
+        wait_for(lambda: serving(workdir), 60, "the first server")
+        filler = studies / "filler"
+        subprocess.run(["dd", "if=/dev/zero", f"of={filler}", "bs=64k"], capture_output=True)  # until full
+        out = proc.communicate(timeout=RUN_TIMEOUT_S)[0]
+        assert proc.returncode == 3, out
+        assert "file system holding the study or its logs is full" in out and "Traceback" not in out
+        assert emulator_pids(port) == []
+        filler.unlink()
+        again = run_search(space, 3, env)
+        assert again.returncode == 0, again.stdout + again.stderr
+        assert_row(trials_of(workdir), 3, port)
+    finally:
+        subprocess.run(["umount", "-l", str(studies)], capture_output=True)
+
+
 # --------------------------------------------------------------------------- secrets
 
 HF_TOKEN = "hf_FaultMatrixToken0123456789"

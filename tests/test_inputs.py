@@ -158,3 +158,14 @@ def test_dashboard_answers_only_the_names_it_was_bound_to(workdir: Path):
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+def test_a_space_that_rejects_every_proposal_stops_instead_of_looping(workdir: Path, space):
+    path = workdir / "closed.yaml"
+    path.write_text((workdir / "small.yaml").read_text() + "constraints: [{expr: 'ep_size > 100'}]\n")
+    done = tuner("search", "--space", str(path), "--budget", "3", "--quiet", "--no-annotate")
+    assert done.returncode == 3, done.stdout + done.stderr
+    assert "proposals were all rejected" in done.stderr
+    study = optuna.load_study(study_name="small", storage=f"sqlite:///{workdir}/studies/small.db")
+    assert {t.user_attrs["outcome"] for t in study.get_trials()} == {"infeasible"}
+    assert all(t.user_attrs["server_s"] == 0 for t in study.get_trials())

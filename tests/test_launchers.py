@@ -512,3 +512,15 @@ def test_ssh_interpreter_is_resolved_on_the_host(sshd, tmp_path: Path) -> None:
     launcher.spec = LaunchSpec(argv=["vllm", "serve"], env={}, engine="vllm")
     assert launcher.interpreter() is None
     launcher.close()
+
+
+def test_setup_errors_blame_the_host_not_the_configuration() -> None:
+    missing = "Traceback (most recent call last):\nModuleNotFoundError: No module named 'sglang'\n"
+    failure = classify_failure(returncode=1, log_text=missing, patterns=SGLANG.failure_patterns)
+    assert failure.reason == "setup" and "No module named 'sglang'" in failure.message
+    driver = "RuntimeError: The NVIDIA driver on your system is too old (found version 11040)\n"
+    driver += "CUDA driver version is insufficient for CUDA runtime version\n"
+    assert classify_failure(returncode=1, log_text=driver).reason == "setup"
+    # A GPU failure says more than a stray missing file earlier in the same log.
+    nccl = "open /etc/nccl.conf: No such file or directory\n...\nNCCL error: unhandled system error\n"
+    assert classify_failure(returncode=1, log_text=nccl).reason == "crash"

@@ -22,6 +22,7 @@ import threading
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from optuna.storages import BaseStorage, RDBStorage
 
@@ -53,14 +54,29 @@ class BudgetGate:
             elif self._pg_key is not None:
                 from sqlalchemy import text
 
+                from tuner.storage import retry_through_outage
+
                 engine = self._storage.engine  # type: ignore[attr-defined]
-                with engine.connect() as conn:
-                    conn.execute(text("SELECT pg_advisory_lock(:k)"), {"k": self._pg_key})
+
+                def lock() -> Any:
+                    conn = engine.connect()
                     try:
-                        yield
-                    finally:
+                        conn.execute(text("SELECT pg_advisory_lock(:k)"), {"k": self._pg_key})
+                    except BaseException:
+                        conn.close()
+                        raise
+                    return conn
+
+                conn = retry_through_outage(lock, "budget lock")
+                try:
+                    yield
+                finally:
+                    # A database restarted meanwhile released the lock with the session.
+                    with contextlib.suppress(Exception):
                         conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": self._pg_key})
                         conn.commit()
+                    with contextlib.suppress(Exception):
+                        conn.close()
             else:
                 yield
 

@@ -64,10 +64,7 @@ MAX_FAILED_SHARE = 0.05
 
 def failed_requests(level: LevelRecords) -> str | None:
     """Why ``level`` is not a measurement (too many failed requests), or None."""
-    errors = dict(level.errors)
-    for r in level.records:
-        if not r.ok:
-            errors[r.error or "incomplete"] = errors.get(r.error or "incomplete", 0) + 1
+    errors = summarize(level).errors  # failed requests by class, as the metrics count them
     failed = sum(errors.values())
     total = len(level.records) + sum(level.errors.values())
     if total == 0 or failed <= MAX_FAILED_SHARE * total:

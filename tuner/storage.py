@@ -7,16 +7,24 @@ study's whole state (:mod:`tuner.trial_record`).
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import functools
 import os
 import re
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, TypeVar
 
 import optuna
 import sqlalchemy
+from loguru import logger
 from optuna.storages import RDBStorage, RetryHeartbeatStaleTrialCallback
 
 from tuner.errors import UsageError
+
+T = TypeVar("T")
 
 #: Directory of study databases, relative to the working directory.
 STUDIES_DIR = Path("studies")
@@ -65,6 +73,96 @@ def storage_error(url: str, exc: BaseException) -> StorageError:
     return StorageError(redact.text(f"cannot open storage {redact_url(url)}: {first}"))
 
 
+#: How long a storage call waits for a database that stopped answering (a restart, a
+#: failover) before the error is raised: a study overnight outlives a database restart.
+OUTAGE_S = float(os.environ.get("TUNER_STORAGE_OUTAGE_S", "300"))
+#: Storage methods not retried: schema versions (read once, at opening).
+_NOT_RETRIED = frozenset(
+    {"upgrade", "get_current_version", "get_head_version", "get_all_versions", "remove_session"}
+)
+
+
+def disk_full(exc: BaseException | None) -> bool:
+    """``exc`` (or what caused it) says the disk is full: SQLite's "database or disk is
+    full", or an ``OSError`` with ``ENOSPC``."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
+            return True
+        if "database or disk is full" in str(exc) or "No space left on device" in str(exc):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
+def transient(exc: BaseException) -> bool:
+    """A database error that a restart or a dropped connection explains (not a bad query,
+    not refused credentials); Optuna wraps some in its StorageInternalError."""
+    if isinstance(exc, optuna.exceptions.StorageInternalError) and exc.__cause__ is not None:
+        exc = exc.__cause__
+    lost = (
+        sqlalchemy.exc.OperationalError,
+        sqlalchemy.exc.InterfaceError,
+        sqlalchemy.exc.PendingRollbackError,
+    )
+    return isinstance(exc, lost) and not _is_auth_error(exc) and not disk_full(exc)
+
+
+def retry_through_outage(
+    call: Callable[[], T], what: str = "storage", on_retry: Callable[[], object] | None = None
+) -> T:
+    """``call()``, repeated while the database is unreachable (up to :data:`OUTAGE_S`);
+    ``on_retry`` runs before each new attempt (to drop a session the outage broke)."""
+    deadline = time.monotonic() + OUTAGE_S
+    pause = 0.2
+    warned = False
+    while True:
+        try:
+            return call()
+        except (sqlalchemy.exc.DBAPIError, optuna.exceptions.StorageInternalError) as exc:
+            if not transient(exc) or time.monotonic() > deadline:
+                raise
+            if not warned:
+                logger.warning(f"{what}: the database does not answer; retrying for up to {OUTAGE_S:.0f} s")
+                warned = True
+            time.sleep(pause)
+            pause = min(pause * 2, 5.0)
+            if on_retry is not None:
+                with contextlib.suppress(Exception):
+                    on_retry()
+
+
+class ResilientRDBStorage(RDBStorage):
+    """An RDB storage whose calls wait out a database outage (:func:`retry_through_outage`):
+    a PostgreSQL restart in the middle of a study costs the workers a pause, not the study."""
+
+
+def _retrying(method: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(method)
+    def wrapper(self: RDBStorage, *args: Any, **kwargs: Any) -> Any:
+        return retry_through_outage(
+            lambda: method(self, *args, **kwargs), f"storage {method.__name__}", self.scoped_session.remove
+        )
+
+    return wrapper
+
+
+#: Private methods Optuna's cached storage calls on the RDB storage (Optuna 5).
+_CACHED_STORAGE_CALLS = (
+    "_create_new_trial",
+    "_get_best_trial_id",
+    "_get_stale_trial_ids",
+    "_get_trials",
+    "_set_trial_param",
+)
+
+for _name in [*dir(RDBStorage), *_CACHED_STORAGE_CALLS]:
+    public = not _name.startswith("_") and _name not in _NOT_RETRIED
+    if (public or _name in _CACHED_STORAGE_CALLS) and callable(getattr(RDBStorage, _name, None)):
+        setattr(ResilientRDBStorage, _name, _retrying(getattr(RDBStorage, _name)))
+
+
 def open_storage(url: str) -> optuna.storages.BaseStorage:
     """An RDB storage with heartbeats (stale trials failed and retried once).
 
@@ -81,7 +179,7 @@ def open_storage(url: str) -> optuna.storages.BaseStorage:
     last: Exception | None = None
     for attempt in range(OPEN_ATTEMPTS):
         try:
-            return RDBStorage(
+            return ResilientRDBStorage(
                 url,
                 heartbeat_interval=HEARTBEAT_S,
                 grace_period=GRACE_S,

@@ -34,7 +34,7 @@ from tuner.settings import load as load_settings
 from tuner.sim.serving import DEFAULT_NOISE
 from tuner.space import DEFAULT_SPACE, Space, load_space, resolve_space
 from tuner.statement import backend_of, speedup, statement_lines
-from tuner.storage import STUDIES_DIR, check_study_name, default_storage_url, redact_url
+from tuner.storage import STUDIES_DIR, check_study_name, default_storage_url, disk_full, redact_url
 from tuner.study import Search, default_study_name
 from tuner.transports.ssh import SshTransport
 from tuner.trial_record import StudyInfo
@@ -339,6 +339,14 @@ def run(args: argparse.Namespace) -> int:
         interrupted = True
     except StudyStopped as exc:
         stopped = exc
+    except Exception as exc:
+        if not disk_full(exc):
+            raise
+        # The running trial could not be recorded: it stays RUNNING, and the rerun (this
+        # process being dead) fails it as orphaned and queues its configuration again.
+        stopped = StudyStopped(
+            f"the file system holding the study or its logs is full ({exc.__class__.__name__})"
+        )
     finally:
         progress.close()
     summary(search.study, objective, time.monotonic() - started, study_name, args.storage)

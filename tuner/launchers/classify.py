@@ -40,15 +40,16 @@ PatternRule = tuple["str | re.Pattern[str]", str]
 GENERIC_FAILURE_PATTERNS: tuple[PatternRule, ...] = (
     (r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memory", "oom"),
     (r"Address already in use|EADDRINUSE", "port-busy"),
-    # The host is not set up: the same failure whatever the parameters (see SETUP_CLASSES).
+    (r"NCCL error|ncclUnhandledCudaError|ncclSystemError|ncclInternalError|ncclInvalidUsage", "crash"),
+    (r"Segmentation fault|core dumped|Fatal Python error", "crash"),
+    # The host is not set up: the same failure whatever the parameters (SETUP_CLASSES); after
+    # the GPU failures above, which say more when a log has both.
     (
         r"No module named |ModuleNotFoundError|No such file or directory|FileNotFoundError"
         r"|CUDA driver version is insufficient|cudaErrorInsufficientDriver|found no NVIDIA driver"
         r"|CUDA driver initialization failed|Permission denied|PermissionError",
         "setup",
     ),
-    (r"NCCL error|ncclUnhandledCudaError|ncclSystemError|ncclInternalError|ncclInvalidUsage", "crash"),
-    (r"Segmentation fault|core dumped|Fatal Python error", "crash"),
     (r"Traceback \(most recent call last\)", "crash"),
 )
 
