@@ -201,9 +201,10 @@ _LEGACY_ALIASES = {"--cuda-graph-max-bs": "cuda_graph_max_bs_decode"}
 def _parser(version: str, strict: bool) -> argparse.ArgumentParser:
     """SGLang ``version``'s parser, rebuilt from its flag table: the same spellings, value
     counts, types and choices, so abbreviations, ambiguous prefixes and unknown flags fail
-    as they do in SGLang (``allow_abbrev`` as argparse's default). ``strict=False`` is the
-    simulator's view: exact spellings only, unknown flags ignored, legacy aliases kept."""
-    p = _Parser(prog=PROG, add_help=False, allow_abbrev=strict)
+    as they do in SGLang (``allow_abbrev`` as argparse's default: ``--tp 8`` is ``--tp-size 8``,
+    as in SGLang's own examples). ``strict=False`` is the simulator's view: unknown flags
+    ignored, legacy aliases kept."""
+    p = _Parser(prog=PROG, add_help=False, allow_abbrev=True)
     known: set[str] = set()
     for option in release_table(version)["options"]:
         flags = option["flags"]
