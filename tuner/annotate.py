@@ -32,7 +32,7 @@ import math
 import mimetypes
 import tempfile
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -86,7 +86,7 @@ def _fmt(value: Any, spec: str) -> str:
         return str(value)
 
 
-def levels_table(levels: list[Mapping[str, Any]]) -> list[str]:
+def levels_table(levels: Sequence[Mapping[str, Any]]) -> list[str]:
     """Markdown table of the per-level metrics (C, tok/s, wall, TTFT p50/p99, ITL p50, TPOT)."""
     header = [h for h, _, _ in LEVEL_COLUMNS] + ["done"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---:|" * len(header)]

@@ -51,9 +51,13 @@ def tokens_in_window(level: LevelRecords) -> int:
     """Output tokens streamed inside the level's window, by their arrival times. A chunk of
     several tokens counts as the level's average tokens per chunk (finished requests say
     how many tokens their chunks held; a cut request knows only its chunks)."""
-    finished = [r for r in level.records if r.ok and r.token_times is not None and len(r.token_times)]
-    chunks = sum(len(r.token_times) for r in finished)  # type: ignore[arg-type]
-    per_chunk = sum(r.output_tokens for r in finished) / chunks if chunks else 1.0
+    finished = [
+        (r.output_tokens, r.token_times)
+        for r in level.records
+        if r.ok and r.token_times is not None and len(r.token_times)
+    ]
+    chunks = sum(len(times) for _, times in finished)
+    per_chunk = sum(tokens for tokens, _ in finished) / chunks if chunks else 1.0
     total = 0.0
     for r in level.records:
         if r.token_times is None or not len(r.token_times) or not (r.ok or r.error == CUT_AT_WINDOW_END):
@@ -93,7 +97,7 @@ def summarize(level: LevelRecords) -> LevelMetrics:
             r.output_tokens / (r.end - r.first_token)
             for r in done
             if r.first_token is not None and r.end is not None and r.end > r.first_token
-        ]  # type: ignore[operator]
+        ]
     )
     return LevelMetrics(
         concurrency=level.concurrency,

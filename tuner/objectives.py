@@ -37,7 +37,7 @@ class Objective(BaseModel):
     tpot_ms: float = Field(100.0, gt=0)
 
     @property
-    def directions(self) -> list[str]:
+    def directions(self) -> list[Literal["minimize", "maximize"]]:
         return ["maximize", "maximize"] if self.name == "pareto" else ["maximize"]
 
     @property

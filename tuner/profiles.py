@@ -15,6 +15,9 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+#: NCCL's protocols (NCCL_PROTO values), as the hardware profile's latency table names them.
+NcclProtocol = Literal["LL", "LL128", "Simple"]
+
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -33,8 +36,8 @@ class Interconnect(_Strict):
     busbw_per_channel_gbs: float
     busbw_max_gbs: float
     default_channels: int
-    latency_us: dict[Literal["LL", "LL128", "Simple"], float]
-    default_small_protocol: Literal["LL", "LL128", "Simple"]
+    latency_us: dict[NcclProtocol, float]
+    default_small_protocol: NcclProtocol
     ll128_enabled_by_default: bool
     p2p_gbs: float
     no_p2p_bandwidth_factor: float

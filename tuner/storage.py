@@ -163,7 +163,7 @@ for _name in [*dir(RDBStorage), *_CACHED_STORAGE_CALLS]:
         setattr(ResilientRDBStorage, _name, _retrying(getattr(RDBStorage, _name)))
 
 
-def open_storage(url: str) -> optuna.storages.BaseStorage:
+def open_storage(url: str) -> ResilientRDBStorage:
     """An RDB storage with heartbeats (stale trials failed and retried once).
 
     A database that does not answer is tried again for a few seconds (workers starting
@@ -181,7 +181,9 @@ def open_storage(url: str) -> optuna.storages.BaseStorage:
         try:
             return ResilientRDBStorage(
                 url,
-                heartbeat_interval=HEARTBEAT_S,
+                # Optuna annotates the interval as int, but it is only a timeout for Event.wait, so a
+                # fraction of a second works (the fault tests use 0.5 s).
+                heartbeat_interval=HEARTBEAT_S,  # type: ignore[arg-type]
                 grace_period=GRACE_S,
                 heartbeat_stale_trial_callback=RetryHeartbeatStaleTrialCallback(max_retry=1),
                 engine_kwargs={"pool_pre_ping": True} if not url.startswith("sqlite") else None,

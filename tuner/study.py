@@ -326,8 +326,8 @@ class Search:
         challenger = max((e for e in ests if e is not leader), key=lambda e: e.upper(sigma))
         if challenger.upper(sigma) <= leader.score(sigma) * (1 + INDIFFERENCE):
             return
-        pick = challenger if challenger.runs <= leader.runs else leader
-        self.study.enqueue_trial(dict(pick.trial.params), user_attrs=queued_repeat(pick.trial.number))
+        again = challenger if challenger.runs <= leader.runs else leader
+        self.study.enqueue_trial(dict(again.trial.params), user_attrs=queued_repeat(again.trial.number))
 
     def _model_pick(
         self, trials: Sequence[FrozenTrial], leader: estimates.Estimate, fitted: effects.Effects
@@ -541,4 +541,4 @@ class Search:
         for step, v in original.intermediate_values.items():
             trial.report(v, step)
         values = original.values
-        return tuple(values) if self.objective.multi else values[0]  # type: ignore[return-value]
+        return tuple(values) if self.objective.multi else values[0]

@@ -172,7 +172,7 @@ def predicted_top(
 
     first_round = True
     while len(predict.cache) < trials:
-        climbers = []
+        climbers: list[dict[str, Any]] = []
         for start in seeds:
             if len(climbers) == (CLIMBERS if first_round else 1):
                 break

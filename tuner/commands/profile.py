@@ -71,7 +71,7 @@ def run_model(args: argparse.Namespace) -> int:
         f"{p.attention.kind.upper()}, {'MoE' if p.moe else 'dense'}, {reading.weight_format.name}, "
         f"~{reading.checkpoint_bytes / 1e9:.1f} GB of weights"
     )
-    if reading.index_error is not None:
+    if reading.index_bytes and reading.index_error is not None:
         summary += f" (index {reading.index_bytes / 1e9:.1f} GB, {reading.index_error:+.1%})"
     print(summary, file=sys.stderr)
     _emit(reading.yaml_text(), args.output)

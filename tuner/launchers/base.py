@@ -277,8 +277,9 @@ class Launcher(ABC):
             self.engine = resolve_engine(self.spec.engine)
         return self.engine
 
-    def _begin(self, spec: LaunchSpec, log_path: Path, trial_label: str) -> None:
-        """Common start bookkeeping: stop a previous server, remember the trial."""
+    def _begin(self, spec: LaunchSpec, log_path: Path, trial_label: str) -> Path:
+        """Common start bookkeeping: stop a previous server, remember the trial. Returns the
+        server log's path (also kept as :attr:`log_path`)."""
         self.stop()
         self.spec = spec
         self.log_path = Path(log_path)
@@ -288,6 +289,7 @@ class Launcher(ABC):
             self.engine = None  # the spec names its engine
         self._engine()
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        return self.log_path
 
     def _launched(self) -> None:
         """Mark the moment of launch (time to healthy counts from here)."""

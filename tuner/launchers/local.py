@@ -215,7 +215,7 @@ class LocalLauncher(Launcher):
         self._port = 0
 
     def start(self, spec: LaunchSpec, *, log_path: Path, trial_label: str) -> None:
-        self._begin(spec, log_path, trial_label)
+        log_file = self._begin(spec, log_path, trial_label)
         self.proc = None
         bind_host, port = bind_address(spec)
         self._host, self._port = connect_host(bind_host), port
@@ -228,7 +228,7 @@ class LocalLauncher(Launcher):
         inherited = os.environ if self.inherit_env else {"PATH": os.environ.get("PATH", os.defpath)}
         env = server_environment(inherited, spec.env)
         env[SLOT_ENV] = str(port)  # marks the server as ours, for a later run's leftover check
-        with open(self.log_path, "wb") as log:
+        with open(log_file, "wb") as log:
             try:
                 self.proc = subprocess.Popen(
                     list(spec.argv),

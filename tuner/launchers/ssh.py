@@ -203,13 +203,13 @@ echo "pid $(cat {q(self._pid_file)} 2>/dev/null)"
     # -- the interface -------------------------------------------------------------
 
     def start(self, spec: LaunchSpec, *, log_path: Path, trial_label: str) -> None:
-        self._begin(spec, log_path, trial_label)
+        log_file = self._begin(spec, log_path, trial_label)
         bind_host, port = bind_address(spec)
         self._bind_host, self._port = bind_host, port
         self._paths(port, trial_label)
         self._returncode, self._exited, self._log_offset, self._probe_failures = None, False, 0, 0
         self.pgid = None
-        self.log_path.write_bytes(b"")
+        log_file.write_bytes(b"")
         timeout_s = self.stop_grace_s + self.transport.connect_timeout_s + 30
         done = self.transport.run(self._start_script(spec, port, port_checked=False), timeout_s=timeout_s)
         answer = done.stdout.decode("utf-8", errors="replace").split()

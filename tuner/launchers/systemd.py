@@ -175,13 +175,13 @@ class SystemdLauncher(Launcher):
     # -- the interface -------------------------------------------------------------
 
     def start(self, spec: LaunchSpec, *, log_path: Path, trial_label: str) -> None:
-        self._begin(spec, log_path, trial_label)
+        log_file = self._begin(spec, log_path, trial_label)
         bind_host, port = bind_address(spec)
         self._host, self._port = connect_host(bind_host), port
         self.unit = f"{self.unit_name or f'tuner-{port}'}.service"
         self.unit_path = f"{self.unit_dir.rstrip('/')}/{self.unit}"
         self._state = {}
-        self.log_path.write_bytes(b"")
+        log_file.write_bytes(b"")
         text = self.render_unit(spec)
         # A unit of the same name left running (a killed tuner run) holds the port: stop it.
         self._systemctl("stop", self.unit, check=False)

@@ -115,7 +115,8 @@ class _LevelRun:
         async def client(i: int) -> None:
             await asyncio.sleep(wl.ramp_s * i / c)
             while time.perf_counter() < win_end:
-                rec, live = RequestRecord(start=0.0), []
+                rec = RequestRecord(start=0.0)
+                live: list[float] = []
                 try:
                     rec = await self.one(rec=rec, live=live)
                 except asyncio.CancelledError:

@@ -273,6 +273,7 @@ class FastTransport(httpx.AsyncBaseTransport):
             except BaseException:  # timeouts, cancellation: the connection is unusable
                 conn.transport.abort()
                 raise
+        assert conn is not None  # the loop ends with a response head read, or raises
         return httpx.Response(
             conn.status,
             headers=conn.headers,

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tuner.engines.base import LaunchSpec
-from tuner.engines.sglang import strip_launch_prefix
+from tuner.engines.sglang import SGLangEngine, strip_launch_prefix
 
 if TYPE_CHECKING:
     from tuner.space import Space
@@ -215,8 +215,9 @@ def adopt_host_release(space: Space, backend: Any) -> str | None:
         return None
     wanted = space.spec.engine_version
     if wanted is None:
-        space.engine = pick(version)
-        return f"the host runs SGLang {version}: judging launches by the flags of {space.engine.version}"
+        engine: SGLangEngine = pick(version)  # only SGLang's adapter has for_host_version
+        space.engine = engine
+        return f"the host runs SGLang {version}: judging launches by the flags of {engine.version}"
     if wanted != version:
         return (
             f"{space.source}: engine_version is {wanted} but the host runs SGLang {version}; "

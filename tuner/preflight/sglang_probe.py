@@ -34,7 +34,7 @@ import io
 import json
 import sys
 import types
-from typing import Any, ClassVar
+from typing import Any
 
 #: Top-level modules that only run on a GPU (kernel libraries, CUDA bindings); the argument
 #: code imports some of them at module level, calls none of them.
@@ -91,7 +91,9 @@ class _StubModule(types.ModuleType):
     """A GPU-only module: any attribute is a harmless placeholder (a class when the name
     is capitalised, so ``isinstance`` checks and subclassing work)."""
 
-    __path__: ClassVar[list[str]] = []
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.__path__ = []
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__") and name.endswith("__"):
@@ -167,7 +169,7 @@ def fake_host() -> None:
     cuda.mem_get_info = lambda device=None: (FAKE_GPU_MEMORY - 600 * 1024 * 1024, FAKE_GPU_MEMORY)
     cuda.is_initialized = lambda: False
     cuda.current_device = lambda: 0
-    torch.version.cuda = "12.8"  # type: ignore[misc]
+    torch.version.cuda = "12.8"
 
 
 def _parser() -> Any:

@@ -55,7 +55,7 @@ def _option(argv: Sequence[str], *names: str) -> str | None:
 
 def _int(text: str | None, default: int = 1) -> int:
     try:
-        return int(text) if text not in (None, "") else default
+        return int(text) if text else default
     except ValueError:
         return default
 

@@ -21,7 +21,7 @@ _COLORS = {
     "pruned": "#d62728",
     "refused": "#7f7f7f",
 }
-_LAYOUT = {
+_LAYOUT: dict[str, Any] = {
     "template": "plotly_white",
     "height": 420,
     "margin": {"l": 60, "r": 20, "t": 30, "b": 50},
@@ -87,7 +87,9 @@ def history_figure(data: ReportData) -> Any:
                 marker={"color": _COLORS[kind], "symbol": symbols.get(kind, "circle"), "size": 9},
             )
         )
-    xs, ys, best = [], [], None
+    xs: list[int] = []
+    ys: list[float] = []
+    best: float | None = None
     for t in sorted(data.trials, key=lambda t: t.number):
         if t.feasible and t.final_value is not None:
             best = t.final_value if best is None else max(best, t.final_value)

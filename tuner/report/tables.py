@@ -24,7 +24,7 @@ from tuner.trial_record import StudyInfo, TrialRecord
 # --------------------------------------------------------------------------- tables
 
 
-def summary_rows(data: ReportData) -> list[tuple[str, str]]:
+def summary_rows(data: ReportData) -> list[tuple[str, ...]]:
     counts = data.outcome_counts()
     server_s = sum(float(t.server_s or 0.0) for t in data.trials)
     info = data.info
@@ -83,7 +83,7 @@ TOP_HEADER = (
 
 
 def top_rows(data: ReportData, n: int = TOP_N) -> list[tuple[str, ...]]:
-    rows = []
+    rows: list[tuple[str, ...]] = []
     for rank, t in enumerate(data.configs()[:n], 1):
         rows.append(
             (

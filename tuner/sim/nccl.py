@@ -12,9 +12,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from tuner.failures import LaunchFailure
-from tuner.profiles import Interconnect
+from tuner.profiles import Interconnect, NcclProtocol
 
-PROTOCOLS = ("LL", "LL128", "Simple")
+PROTOCOLS: tuple[NcclProtocol, ...] = ("LL", "LL128", "Simple")
 #: NCCL_P2P_LEVEL path types, nearest first (NCCL docs: LOC, NVL, PIX, PXB, PHB, SYS).
 P2P_LEVELS = ("LOC", "NVL", "PIX", "PXB", "PHB", "SYS")
 #: NCCL_P2P_LEVEL's legacy integer form (NCCL docs, "NCCL_P2P_LEVEL"): LOC=0, PIX=1, PXB=2,
@@ -54,7 +54,7 @@ COMMUNICATORS_PER_GPU = 2
 class NcclConfig:
     """NCCL settings as NCCL resolves them from the environment on one host."""
 
-    allowed_protocols: tuple[str, ...]
+    allowed_protocols: tuple[NcclProtocol, ...]
     forced_protocols: bool
     algorithm: str
     channels: int
@@ -85,7 +85,9 @@ def resolve(env: Mapping[str, str], link: Interconnect) -> NcclConfig:
     Raises :class:`LaunchFailure` (``crash``) for settings that make NCCL abort at init,
     as a real server would when its first collective is set up.
     """
-    allowed = ["LL", "Simple"] + (["LL128"] if link.ll128_enabled_by_default else [])
+    allowed: list[NcclProtocol] = ["LL", "Simple"]
+    if link.ll128_enabled_by_default:
+        allowed.append("LL128")
     forced = False
     proto = env.get("NCCL_PROTO", "").strip()
     if proto:
@@ -154,7 +156,7 @@ class AllReduceModel:
         buf_default = DEFAULT_BUFFSIZE / (DEFAULT_BUFFSIZE + BUFFSIZE_HALF_BYTES)
         thread_ll = cfg.nthreads / DEFAULT_NTHREADS
         thread_simple = min(1.0, cfg.nthreads / 256)
-        self._busbw = {
+        self._busbw: dict[NcclProtocol, float] = {
             "Simple": simple * thread_simple * buf / buf_default * 1e9,
             "LL": simple * LL_BANDWIDTH_FRACTION * thread_ll * 1e9,
             "LL128": simple * LL128_BANDWIDTH_FRACTION * thread_ll * 1e9,
@@ -163,14 +165,14 @@ class AllReduceModel:
         lat_factor = TREE_LATENCY_FACTOR if cfg.algorithm == "Tree" else 1.0
         self._latency = {p: (link.latency_us[p] * lat_factor + extra) * 1e-6 for p in PROTOCOLS}
 
-    def protocol_for(self, nbytes: float) -> str:
+    def protocol_for(self, nbytes: float) -> NcclProtocol:
         """The protocol NCCL uses for a message of this size (its tuner's pick)."""
         allowed = self.cfg.allowed_protocols
         if nbytes <= SMALL_MESSAGE_BYTES and self.link.default_small_protocol in allowed:
             return self.link.default_small_protocol
         return min(allowed, key=lambda p: self._time(p, nbytes, 8))
 
-    def _time(self, proto: str, nbytes: float, ranks: int) -> float:
+    def _time(self, proto: NcclProtocol, nbytes: float, ranks: int) -> float:
         return self._latency[proto] + 2 * (ranks - 1) / ranks * nbytes / self._busbw[proto]
 
     def seconds(self, nbytes: float, ranks: int) -> float:

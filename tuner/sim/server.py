@@ -26,7 +26,7 @@ import signal
 import socket
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Generator, Sequence
 
 import uvicorn
 
@@ -60,7 +60,7 @@ class _Server(uvicorn.Server):
     exits with status 0 instead of re-raising the signal after shutdown."""
 
     @contextlib.contextmanager
-    def capture_signals(self):  # type: ignore[override]
+    def capture_signals(self) -> Generator[None, None, None]:
         yield
 
 

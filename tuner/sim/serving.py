@@ -234,7 +234,7 @@ class ServingSimulator:
                 running, kv_len = self._retract(lvl, running, kv_len, waiting)
                 continue
             ctx = kv_len.sum() + b * np.arange(k)
-            times = t + np.cumsum(policy.steps_s(pm.decode_step_s(b, ctx)))
+            times = t + np.cumsum(policy.steps_s(np.asarray(pm.decode_step_s(b, ctx))))
             if pending:
                 # Stop at the iteration boundary after the next arrival.
                 cut = int(np.searchsorted(times, pending[0][0]))

@@ -70,8 +70,10 @@ def _locate(tp: Any, loc: Sequence[str | int]) -> tuple[list[str | int], type[Ba
             continue
         if origin is Union or origin is types.UnionType:
             tagged = _tagged(tp)
-            if tagged and parts[0] in tagged:
-                tp = tagged[parts.pop(0)]
+            tag = parts[0]
+            if tagged and isinstance(tag, str) and tag in tagged:
+                tp = tagged[tag]
+                parts.pop(0)
                 continue
             models = [m for m in get_args(tp) if isinstance(m, type) and issubclass(m, BaseModel)]
             tp = models[0] if models else Any

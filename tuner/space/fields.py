@@ -13,11 +13,12 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 Problem = tuple[str | None, str]
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_KIND_NAMES: dict[type, str] = {dict: "a mapping", list: "a list"}
 
 
 def kind_of(value: Any) -> str:
     """How an error message names the kind of a YAML value (``a mapping``, ``str``)."""
-    return {dict: "a mapping", list: "a list"}.get(type(value), type(value).__name__)
+    return _KIND_NAMES.get(type(value), type(value).__name__)
 
 
 def _scalar(value: Any) -> Any:

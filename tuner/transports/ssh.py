@@ -22,6 +22,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO
 
 from loguru import logger
 
@@ -222,7 +223,7 @@ class SshTunnel:
         self.remote_port = remote_port
         self.local_port = 0
         self.proc: subprocess.Popen | None = None
-        self._stderr = None
+        self._stderr: IO[bytes] | None = None
 
     def open(self, attempts: int = 3) -> None:
         """Start the forward and wait until it accepts local connections."""
