@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, get_args
 
 FailureClass = Literal[
     "invalid-args",
@@ -19,20 +19,7 @@ FailureClass = Literal[
     "orphaned",
 ]
 
-FAILURE_CLASSES: tuple[str, ...] = (
-    "invalid-args",
-    "oom",
-    "cuda-graph-oom",
-    "crash",
-    "timeout",
-    "hang",
-    "request-errors",
-    "port-busy",
-    "unreachable",
-    "setup",
-    "interrupted",
-    "orphaned",
-)
+FAILURE_CLASSES: tuple[str, ...] = get_args(FailureClass)
 #: Classes that blame the host, not the configuration: the same failure whatever the
 #: parameters (a missing module or model path, a CUDA driver error, a port held by
 #: another service). Launches failing this way in a row stop the study.
