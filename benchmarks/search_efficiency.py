@@ -95,33 +95,31 @@ def analyse(results: list[StudyResult], best: float, budget: int, random_budget:
     for name, label in STRATEGIES.items():
         if name in by:
             rows[name] = {"label": label, **score(by[name], best, budget)}
-    if "random" not in by:
-        return {
-            "best": best,
-            "budget": budget,
-            "random_budget": random_budget,
-            "rows": rows,
-            "targets": targets(rows),
-        }
-    extended = score(by["random"], best, None)
-    rows["random"]["extended"] = {
-        k: extended[k] for k in ("trials", "median_trials_to_2", "reached_2", "trials_to_2")
-    }
-    drawn = [v for r in by["random"] for v in (r.trial_value or [])]
-    hits = sum(v >= 0.98 * best for v in drawn)
-    p = hits / len(drawn) if drawn else 0.0
-    rows["random"]["hit_rate"] = {
-        "hits": hits,
-        "draws": len(drawn),
-        # Trials until the first hit is geometric: its median is ln 2 / -ln(1 - p).
-        "expected_median_trials": (math.log(0.5) / math.log(1 - p)) if 0 < p < 1 else None,
-    }
+    if "random" in by:
+        rows["random"].update(_random_extras(by["random"], best))
     return {
         "best": best,
         "budget": budget,
         "random_budget": random_budget,
         "rows": rows,
         "targets": targets(rows),
+    }
+
+
+def _random_extras(results: list[StudyResult], best: float) -> dict[str, Any]:
+    """Random search beyond the budget (its median trials to 2%) and the hit rate of one draw."""
+    extended = score(results, best, None)
+    drawn = [v for r in results for v in (r.trial_value or [])]
+    hits = sum(v >= 0.98 * best for v in drawn)
+    p = hits / len(drawn) if drawn else 0.0
+    return {
+        "extended": {k: extended[k] for k in ("trials", "median_trials_to_2", "reached_2", "trials_to_2")},
+        "hit_rate": {
+            "hits": hits,
+            "draws": len(drawn),
+            # Trials until the first hit is geometric: its median is ln 2 / -ln(1 - p).
+            "expected_median_trials": (math.log(0.5) / math.log(1 - p)) if 0 < p < 1 else None,
+        },
     }
 
 
