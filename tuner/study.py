@@ -26,7 +26,7 @@ import optuna
 from loguru import logger
 from optuna.trial import FrozenTrial, TrialState
 
-from tuner import budget, effects, estimates, fidelity, ownership, resolution, trial_record
+from tuner import budget, effects, estimates, fidelity, ownership, resolution, start_points, trial_record
 from tuner.budget import StudyStopped
 from tuner.coordination import BudgetGate, Heartbeat
 from tuner.failures import SETUP_CLASSES, LaunchFailure
@@ -105,7 +105,9 @@ class Search:
         self.warm_start = warm_start
         self.extra_start = list(extra_start or [])
         self.study_name = study_name
-        sampler = IncumbentLocalSampler(seed=seed, identity=self._identity)
+        sampler = IncumbentLocalSampler(
+            seed=seed, identity=self._identity, distributions=space.distributions()
+        )
         self.storage = open_storage(storage)
         self.gate = BudgetGate(self.storage, storage, study_name)
         with self.gate.hold():  # workers starting at once create the study once
@@ -167,7 +169,7 @@ class Search:
         """
         if self.warm_start:
             # The space's known-good configurations go first (once per study).
-            for point in [*self.space.start_points(), *self.extra_start]:
+            for point in [*self.start_points(), *self.extra_start]:
                 self.study.enqueue_trial(point, skip_if_exists=True)
         if workers <= 1:
             self._worker()
@@ -197,6 +199,14 @@ class Search:
         if errors:
             raise errors[0]
         return self.study
+
+    def start_points(self) -> list[dict[str, Any]]:
+        """The space's ``start:`` list; where it has none, the engine's defaults per layout
+        (:mod:`tuner.start_points`) for a study with nothing measured or queued yet."""
+        listed = self.space.start_points()
+        if listed or self.extra_start or self.study.get_trials(deepcopy=False):
+            return listed
+        return start_points.defaults(self.space, self.budget)
 
     def _worker(self) -> None:
         while not self._stop.is_set():
@@ -255,10 +265,20 @@ class Search:
                 raise
             else:
                 frozen = self.study.tell(trial, value)
+        self._note_redrawn()
         if self.on_trial and frozen is not None:
             self.on_trial(self.study, frozen)
         if frozen is not None:
             self._after_launch(frozen)
+
+    def _note_redrawn(self) -> None:
+        """Add the proposals the sampler redrew since the last trial to the study's count."""
+        sampler = self.study.sampler
+        if not isinstance(sampler, IncumbentLocalSampler) or not sampler.redrawn:
+            return
+        drawn, sampler.redrawn = sampler.redrawn, 0
+        total = int(self.study.user_attrs.get(trial_record.STUDY_REDRAWN, 0) or 0) + drawn
+        self.study.set_user_attr(trial_record.STUDY_REDRAWN, total)
 
     def _after_launch(self, frozen: FrozenTrial) -> None:
         """Queue again a configuration whose launch failed for the host's reasons, and stop

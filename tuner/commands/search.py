@@ -409,6 +409,13 @@ def summary(
     aside = "; not counted: " + ", ".join(f"{v} {k}" for k, v in sorted(others.items())) if others else ""
     outcomes = ", ".join(f"{v} {k}" for k, v in sorted(counts.items()))
     print(f"\n{sum(counts.values())} trials ({outcomes}){aside}; {server}; this run {elapsed:.1f} s")
+    refused = info.redrawn + others.get("refused before launch", 0)
+    if refused:
+        proposals = info.redrawn + len(finished)
+        print(
+            f"  rule-refused proposals: {refused} of {proposals} ({refused / proposals:.0%}); "
+            "none launched a server or used the budget"
+        )
     queued = sum(1 for t in trials if t.state == TrialState.WAITING)
     if queued:
         print(
