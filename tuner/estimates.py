@@ -108,9 +108,7 @@ def launched(t: FrozenTrial) -> bool:
 
 def measured(t: FrozenTrial) -> bool:
     """A feasible, completed trial that launched its own server."""
-    return (
-        launched(t) and not trial_record.violations(t) and not any(v > 0 for v in t.constraints.values())
-    )
+    return launched(t) and not trial_record.violations(t) and not any(v > 0 for v in t.constraints.values())
 
 
 def feasible_on_average(launches: Sequence[FrozenTrial]) -> bool:
