@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Mapping
 from typing import Any
 
 from tuner import trial_record
-from tuner.report.data import CURVE_LEVELS, CURVES_N, ReportData, importances, layout_label, pareto_front
-from tuner.report.tables import _num
+from tuner.report.data import (
+    CURVE_LEVELS,
+    TOP_QUANTILE,
+    Curve,
+    Importances,
+    ReportData,
+    importances,
+    layout_label,
+    pareto_front,
+)
 from tuner.trial_record import TrialRecord
 
 # --------------------------------------------------------------------------- figures
@@ -103,13 +110,34 @@ def history_figure(data: ReportData) -> Any:
     return fig
 
 
-def importance_figure(imp: Mapping[str, float]) -> Any:
+def importance_figure(imp: Importances) -> Any:
+    """Two bars per parameter, most important (by variance share) on top: its share of the
+    variance of log(tok/s), and PED-ANOVA's importance for reaching the top."""
     import plotly.graph_objects as go
 
-    items = sorted(imp.items(), key=lambda kv: kv[1])
-    fig = go.Figure(go.Bar(x=[v for _, v in items], y=[k for k, _ in items], orientation="h"))
-    layout = {**_LAYOUT, "height": max(300, 28 * len(items) + 80)}
-    fig.update_layout(**layout, xaxis_title="importance (sums to 1)", showlegend=False)
+    names = list(reversed(imp.ranked()))
+    fig = go.Figure()
+    fig.add_trace(
+        go.Bar(
+            x=[imp.variance[k] for k in names],
+            y=names,
+            orientation="h",
+            name="share of the variance of log(tok/s): what a setting does across the space",
+            marker={"color": "#1f77b4"},
+        )
+    )
+    if imp.top:
+        fig.add_trace(
+            go.Bar(
+                x=[imp.top.get(k, 0.0) for k in names],
+                y=names,
+                orientation="h",
+                name=f"PED-ANOVA, top {TOP_QUANTILE:.0%}: what separates the best",
+                marker={"color": "#ff7f0e"},
+            )
+        )
+    layout = {**_LAYOUT, "height": max(320, 40 * len(names) + 120)}
+    fig.update_layout(**layout, barmode="group", xaxis_title="importance (each sums to 1)")
     fig.update_yaxes(automargin=True)
     return fig
 
@@ -218,86 +246,110 @@ def pareto_figure(data: ReportData) -> Any:
     return fig
 
 
-def _curve(data: ReportData, t: TrialRecord) -> tuple[list[dict[str, Any]], bool]:
-    """The levels to draw for ``t``: the simulated sweep where there is one, else the measured ones."""
-    if t.number in data.curves:
-        return data.curves[t.number], True
-    return sorted(t.levels, key=lambda lv: lv["concurrency"]), False
-
-
 def _log_c_axis(cs: set[int]) -> dict[str, Any]:
     ticks = sorted(cs)
     return {"type": "log", "tickvals": ticks, "ticktext": [str(c) for c in ticks]}
 
 
+#: One color per top configuration, shared by the throughput and latency figures.
+_PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b")
+
+
+def _curve_name(c: Curve) -> str:
+    """``#12 TP8 EP8, 2 target launches`` / ``#12 TP8, screening levels only``."""
+    n = len(c.launches)
+    measured = (f"{n} target launch" + ("es" if n > 1 else "")) if c.target else "screening levels only"
+    return f"#{c.trial.number} {layout_label(c.trial.argv)}, {measured}"
+
+
 def curves_figure(data: ReportData) -> Any:
+    """Aggregate tok/s against concurrency of :attr:`ReportData.curves`: each configuration's
+    mean over its target launches (error bars: the lowest and highest launch where it has
+    several), and the simulator's noise-free sweep dotted (simulated studies)."""
     import plotly.graph_objects as go
 
     fig = go.Figure()
     cs: set[int] = set()
-    palette = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b")
-    for i, t in enumerate(data.configs()[:CURVES_N]):
-        color = palette[i % len(palette)]
-        name = f"#{t.number} {layout_label(t.argv)} ({_num(t.final_value, '.0f')})"
-        lv, simulated = _curve(data, t)
-        cs.update(x["concurrency"] for x in lv)
+    for i, c in enumerate(data.curves):
+        color, name = _PALETTE[i % len(_PALETTE)], _curve_name(c)
+        cs.update(lv["concurrency"] for lv in c.levels)
+        spread = len(c.launches) > 1
         fig.add_trace(
             go.Scatter(
-                x=[x["concurrency"] for x in lv],
-                y=[x["output_tok_s"] for x in lv],
-                mode="lines+markers" if not simulated else "lines",
-                name=name + (" simulated sweep" if simulated else ""),
+                x=[lv["concurrency"] for lv in c.levels],
+                y=[lv["output_tok_s"] for lv in c.levels],
+                mode="lines+markers" if c.target else "markers",
+                name=name,
                 legendgroup=name,
-                line={"color": color, "dash": "dot" if simulated else "solid"},
+                line={"color": color},
+                marker={"color": color, "size": 8},
+                error_y={
+                    "type": "data",
+                    "symmetric": False,
+                    "array": [lv["tok_s_max"] - lv["output_tok_s"] for lv in c.levels],
+                    "arrayminus": [lv["output_tok_s"] - lv["tok_s_min"] for lv in c.levels],
+                    "visible": spread,
+                    "color": color,
+                },
+                hovertemplate=f"#{c.trial.number}: C=%{{x}} %{{y:.0f}} tok/s<extra></extra>",
             )
         )
-        if simulated:  # the search's own measurements on the curve
+        if c.simulated:
+            cs.update(lv["concurrency"] for lv in c.simulated)
             fig.add_trace(
                 go.Scatter(
-                    x=[x["concurrency"] for x in t.levels],
-                    y=[x["output_tok_s"] for x in t.levels],
-                    mode="markers",
-                    name=name + " measured",
+                    x=[lv["concurrency"] for lv in c.simulated],
+                    y=[lv["output_tok_s"] for lv in c.simulated],
+                    mode="lines",
+                    name=f"#{c.trial.number} simulator sweep (noise off)",
                     legendgroup=name,
-                    showlegend=False,
-                    marker={"color": color, "size": 9},
+                    showlegend=i == 0,
+                    line={"color": color, "dash": "dot", "width": 1},
+                    hovertemplate=f"#{c.trial.number} simulator: C=%{{x}} %{{y:.0f}} tok/s<extra></extra>",
                 )
             )
     fig.update_layout(
         **_LAYOUT,
         xaxis={"title": "concurrency", **_log_c_axis(cs)},
-        yaxis_title="aggregate output tok/s",
+        yaxis={"title": "aggregate output tok/s", "rangemode": "tozero"},
     )
     return fig
 
 
 def latency_figure(data: ReportData) -> Any:
-    """TTFT p99 and ITL p50 against concurrency for the top configurations (two panels)."""
+    """TTFT p99 and ITL p50 against concurrency of :attr:`ReportData.curves` (two panels), the
+    same measurements (and simulator sweeps) as :func:`curves_figure`."""
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
     fig = make_subplots(rows=1, cols=2, subplot_titles=["TTFT p99 (s)", "ITL p50 (ms)"])
-    palette = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b")
     cs: set[int] = set()
-    for i, t in enumerate(data.configs()[:CURVES_N]):
-        lv, simulated = _curve(data, t)
-        name = f"#{t.number} {layout_label(t.argv)}" + (" (simulated sweep)" if simulated else "")
+    for i, c in enumerate(data.curves):
+        color, name = _PALETTE[i % len(_PALETTE)], _curve_name(c)
         for col, key in ((1, "ttft_s_p99"), (2, "itl_ms_p50")):
-            pts = [x for x in lv if x.get(key) is not None]
-            cs.update(x["concurrency"] for x in pts)
-            fig.add_trace(
-                go.Scatter(
-                    x=[x["concurrency"] for x in pts],
-                    y=[x[key] for x in pts],
-                    mode="lines+markers",
-                    name=name,
-                    legendgroup=name,
-                    showlegend=col == 1,
-                    line={"color": palette[i % len(palette)], "dash": "dot" if simulated else "solid"},
-                ),
-                row=1,
-                col=col,
-            )
+            for levels, simulated in ((c.levels, False), (c.simulated or [], True)):
+                pts = [x for x in levels if x.get(key) is not None]
+                if not pts:
+                    continue
+                cs.update(x["concurrency"] for x in pts)
+                fig.add_trace(
+                    go.Scatter(
+                        x=[x["concurrency"] for x in pts],
+                        y=[x[key] for x in pts],
+                        mode="lines" if simulated else "lines+markers" if c.target else "markers",
+                        name=f"#{c.trial.number} simulator sweep (noise off)" if simulated else name,
+                        legendgroup=name,
+                        showlegend=col == 1 and (not simulated or i == 0),
+                        line={
+                            "color": color,
+                            "dash": "dot" if simulated else "solid",
+                            "width": 1 if simulated else 2,
+                        },
+                        marker={"color": color},
+                    ),
+                    row=1,
+                    col=col,
+                )
     for col in (1, 2):
         fig.update_xaxes(title_text="concurrency", **_log_c_axis(cs), row=1, col=col)
         fig.update_yaxes(rangemode="tozero", row=1, col=col)
@@ -308,7 +360,6 @@ def latency_figure(data: ReportData) -> Any:
 def figures(data: ReportData) -> dict[str, tuple[Any | None, str]]:
     """Each figure of :data:`FIGURES` by id: (plotly figure or None, caption)."""
     out: dict[str, tuple[Any | None, str]] = {}
-    measured = data.configs()
     out["history"] = (
         history_figure(data) if data.trials else None,
         "Objective per trial (pareto studies: peak) and the best feasible so far; a pruned trial at the "
@@ -316,8 +367,8 @@ def figures(data: ReportData) -> dict[str, tuple[Any | None, str]]:
         if data.trials
         else "No trials yet.",
     )
-    imp, note = importances(data)
-    out["importance"] = (importance_figure(imp) if imp else None, note)
+    imp = importances(data)
+    out["importance"] = (importance_figure(imp) if imp.variance else None, imp.note)
     if any(t.intermediate for t in data.trials):
         out["intermediate"] = (
             intermediate_figure(data),
@@ -339,25 +390,38 @@ def figures(data: ReportData) -> dict[str, tuple[Any | None, str]]:
         if pareto_pts
         else "No configuration measured at C=1 and above.",
     )
-    top = min(CURVES_N, len(measured))
-    swept = (
-        f" Dotted lines: each configuration swept by the simulator over C={','.join(map(str, CURVE_LEVELS))} "
-        "(the study is simulated); dots: what the search measured."
-        if data.curves
-        else " Lines join the levels the search measured; a workload with more levels draws a fuller curve."
+    shown = data.curves
+    finalists = sum(c.target for c in shown)
+    what = (
+        f"Lines: the top {finalists} configuration(s) measured on every level of the target workload "
+        "(the finalists), each the mean of its target launches (error bars: lowest and highest launch)."
+        if finalists
+        else "No configuration was measured on the whole target workload yet."
     )
+    if finalists < len(shown):
+        what += (
+            f" Points only: the best {len(shown) - finalists} other configuration(s), at the levels they "
+            "were screened on."
+        )
+    if any(c.simulated for c in shown):
+        what += (
+            f" Dotted: the simulator's noise-free sweep of each over C={','.join(map(str, CURVE_LEVELS))} "
+            "(the study is simulated)."
+        )
     out["curves"] = (
-        curves_figure(data) if measured else None,
-        f"Aggregate tok/s at each level of the top {top} distinct configurations.{swept}"
-        if measured
+        curves_figure(data) if shown else None,
+        f"Aggregate tok/s against concurrency. {what}"
+        if shown
         else "No feasible measured configuration yet.",
     )
-    has_latency = any(lv.get("ttft_s_p99") is not None for t in measured[:CURVES_N] for lv in t.levels)
+    has_latency = any(
+        lv.get("ttft_s_p99") is not None for c in shown for lv in [*c.levels, *(c.simulated or [])]
+    )
     out["latency"] = (
-        latency_figure(data) if measured and (has_latency or data.curves) else None,
-        f"What one user waits for at each level, top {top} configurations: time to first token (p99) and "
-        f"inter-token latency (p50).{swept}"
-        if measured
-        else "No feasible measured configuration yet.",
+        latency_figure(data) if has_latency else None,
+        "What one user waits for at each level: time to first token (p99) and inter-token latency "
+        f"(p50). {what}"
+        if has_latency
+        else "No feasible measured configuration with latency figures yet.",
     )
     return out
