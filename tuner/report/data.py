@@ -36,6 +36,7 @@ MAX_VALUE_GROUPS = 8
 FIGURES = (
     ("history", "Optimization history"),
     ("importance", "Parameter importances"),
+    ("pair", "The two most important parameters"),
     ("intermediate", "Intermediate values (per level) and where pruning cut"),
     ("pareto", "Single-stream vs peak: the Pareto front"),
     ("curves", "Throughput vs concurrency, top configurations"),
@@ -317,7 +318,7 @@ class Importances:
         return list(self.variance)
 
 
-def _importance_points(data: ReportData) -> tuple[list[tuple[TrialRecord, float]], int]:
+def importance_points(data: ReportData) -> tuple[list[tuple[TrialRecord, float]], int]:
     """``(trial, value)`` of each measured feasible configuration (its estimate) and each
     pruned trial, by what it measured (its partial value, a lower bound of the objective,
     or, cut before the objective's levels, the lowest measured value scaled by its single
@@ -343,28 +344,46 @@ def _importance_points(data: ReportData) -> tuple[list[tuple[TrialRecord, float]
     return [(t, v) for t, v in points if math.isfinite(v) and v > 0], pruned
 
 
-def _grouped(points: Sequence[tuple[TrialRecord, float]]) -> list[dict[str, Any]]:
-    """Each point's parameters, a numeric parameter with more than :data:`MAX_VALUE_GROUPS`
-    distinct values replaced by its equal-count bin."""
-    values: dict[str, set[Any]] = defaultdict(set)
+def value_labels(points: Sequence[tuple[TrialRecord, float]]) -> dict[str, dict[Any, str]]:
+    """For each numeric parameter with more than :data:`MAX_VALUE_GROUPS` distinct values
+    among ``points``: each value's group, as a person reads it (``0.8..0.82``), the groups
+    of about equal counts. A value seen once would soak up that launch's noise and look
+    important; a heatmap of fifteen columns reads worse than one of eight."""
+    values: dict[str, list[Any]] = defaultdict(list)
     for t, _ in points:
         for k, v in t.params.items():
-            values[k].add(v)
-    bins: dict[str, list[float]] = {}
+            if v is not None:
+                values[k].append(v)
+    out: dict[str, dict[Any, str]] = {}
     for k, vs in values.items():
-        nums = {v for v in vs if v is not None}
-        if len(nums) > MAX_VALUE_GROUPS and all(
-            isinstance(v, int | float) and not isinstance(v, bool) for v in nums
+        distinct = set(vs)
+        if len(distinct) <= MAX_VALUE_GROUPS or not all(
+            isinstance(v, int | float) and not isinstance(v, bool) for v in distinct
         ):
-            seen = sorted(float(t.params[k]) for t, _ in points if t.params.get(k) is not None)
-            bins[k] = [seen[len(seen) * i // MAX_VALUE_GROUPS] for i in range(1, MAX_VALUE_GROUPS)]
+            continue
+        seen = sorted(float(v) for v in vs)
+        edges = [seen[len(seen) * i // MAX_VALUE_GROUPS] for i in range(1, MAX_VALUE_GROUPS)]
+        groups: dict[int, list[Any]] = defaultdict(list)
+        for v in distinct:
+            groups[sum(float(v) >= e for e in edges)].append(v)
+        for g in groups.values():
+            label = fmt_value(min(g)) + (f"..{fmt_value(max(g))}" if len(g) > 1 else "")
+            out.setdefault(k, {}).update({v: label for v in g})
+    return out
+
+
+def _grouped(points: Sequence[tuple[TrialRecord, float]]) -> list[dict[str, Any]]:
+    """Each point's parameters, every parameter of the points on each (one that does not
+    apply to a point, ``when`` false, is unset there: ``None``, as the engine runs it), a
+    many-valued numeric one replaced by its group (:func:`value_labels`). Told apart from
+    an unset value, a parameter that does not apply would share the effect of the one that
+    switched it off (``cuda_graph_max_bs`` with ``disable_cuda_graph``)."""
+    labels = value_labels(points)
+    names = sorted({k for t, _ in points for k in t.params})
     out = []
     for t, _ in points:
-        row = dict(t.params)
-        for k, edges in bins.items():
-            if row.get(k) is not None:
-                row[k] = f"bin {sum(float(row[k]) >= e for e in edges)}"
-        out.append(row)
+        row = {k: t.params.get(k) for k in names}
+        out.append({k: labels.get(k, {}).get(v, v) for k, v in row.items()})
     return out
 
 
@@ -383,10 +402,10 @@ def variance_shares(points: Sequence[tuple[TrialRecord, float]], noise: float) -
         noise,
     )
     names = sorted({k for row in rows for k in row})
-    absent = object()  # a parameter a point does not set: the model's baseline (effect 0)
+    baseline = object()  # a value no point has: gains from it are the values' own effects
     spread = {}
     for name in names:
-        effect = [fitted.gain(name, absent, row[name])[0] if name in row else 0.0 for row in rows]
+        effect = [fitted.gain(name, baseline, row[name])[0] for row in rows]
         mean = sum(effect) / len(effect)
         spread[name] = sum((e - mean) ** 2 for e in effect) / len(effect)
     total = sum(spread.values())
@@ -407,7 +426,7 @@ def importances(data: ReportData) -> Importances:
             f"Not enough measured configurations for parameter importances: {len(configs)} "
             f"(at least {MIN_IMPORTANCE_CONFIGS} needed).",
         )
-    points, pruned = _importance_points(data)
+    points, pruned = importance_points(data)
     try:
         variance = variance_shares(points, data.noise)
     except (ValueError, np.linalg.LinAlgError) as exc:

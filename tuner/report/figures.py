@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Sequence
 from typing import Any
 
 from tuner import trial_record
@@ -12,11 +13,14 @@ from tuner.report.data import (
     Curve,
     Importances,
     ReportData,
+    importance_points,
     importances,
     layout_label,
     pareto_front,
+    value_labels,
 )
 from tuner.trial_record import TrialRecord
+from tuner.wording import fmt_value
 
 # --------------------------------------------------------------------------- figures
 
@@ -110,12 +114,13 @@ def history_figure(data: ReportData) -> Any:
     return fig
 
 
-def importance_figure(imp: Importances) -> Any:
+def importance_figure(imp: Importances, top: int | None = None) -> Any:
     """Two bars per parameter, most important (by variance share) on top: its share of the
-    variance of log(tok/s), and PED-ANOVA's importance for reaching the top."""
+    variance of log(tok/s), and PED-ANOVA's importance for reaching the top (the ``top``
+    most important parameters only, when given)."""
     import plotly.graph_objects as go
 
-    names = list(reversed(imp.ranked()))
+    names = list(reversed(imp.ranked()[:top]))
     fig = go.Figure()
     fig.add_trace(
         go.Bar(
@@ -139,6 +144,69 @@ def importance_figure(imp: Importances) -> Any:
     layout = {**_LAYOUT, "height": max(320, 40 * len(names) + 120)}
     fig.update_layout(**layout, barmode="group", xaxis_title="importance (each sums to 1)")
     fig.update_yaxes(automargin=True)
+    return fig
+
+
+def _label_order(label: str, values: Sequence[Any]) -> tuple[int, float, str]:
+    """Sort key of a heatmap axis label: unset first, then numbers by value, then words."""
+    if label == fmt_value(None):
+        return (0, 0.0, "")
+    nums = [float(v) for v in values if isinstance(v, int | float) and not isinstance(v, bool)]
+    return (1, min(nums), "") if nums else (2, 0.0, label)
+
+
+def pair_figure(data: ReportData, imp: Importances) -> Any | None:
+    """The two most important parameters (:meth:`Importances.ranked`) against each other: the
+    best tok/s measured in each pair of their values, over the same points as the
+    importances (pruned trials by what they measured), with the count of points in each
+    cell. What optuna-dashboard's contour plot would show had it started on these two (it
+    starts on the first two names in alphabetical order). None with fewer than two."""
+    import plotly.graph_objects as go
+
+    if len(imp.variance) < 2:
+        return None
+    a, b = imp.ranked()[:2]
+    points, _ = importance_points(data)
+    labels = value_labels(points)
+
+    def label(t: TrialRecord, name: str) -> str:
+        v = t.params.get(name)
+        return labels.get(name, {}).get(v, fmt_value(v))
+
+    cells: dict[tuple[str, str], list[float]] = defaultdict(list)
+    raw: dict[str, dict[str, list[Any]]] = {a: defaultdict(list), b: defaultdict(list)}
+    for t, value in points:
+        x, y = label(t, a), label(t, b)
+        cells[(x, y)].append(value)
+        raw[a][x].append(t.params.get(a))
+        raw[b][y].append(t.params.get(b))
+    xs = sorted(raw[a], key=lambda k: _label_order(k, raw[a][k]))
+    ys = sorted(raw[b], key=lambda k: _label_order(k, raw[b][k]))
+    z = [[max(cells[(x, y)]) if (x, y) in cells else None for x in xs] for y in ys]
+    text = [
+        [f"{max(cells[(x, y)]):.0f} ({len(cells[(x, y)])})" if (x, y) in cells else "" for x in xs]
+        for y in ys
+    ]
+    fig = go.Figure(
+        go.Heatmap(
+            x=xs,
+            y=ys,
+            z=z,
+            text=text,
+            texttemplate="%{text}",
+            colorscale="Viridis",
+            zmin=0,
+            colorbar={"title": {"text": "best tok/s"}},
+            hovertemplate=f"{a}=%{{x}}<br>{b}=%{{y}}<br>best %{{z:.0f}} tok/s<extra></extra>",
+        )
+    )
+    layout = {**_LAYOUT, "margin": {**_LAYOUT["margin"], "t": 50}}
+    fig.update_layout(
+        **layout,
+        title={"text": f"Best tok/s by {a} and {b}", "x": 0.01},
+        xaxis={"title": a, "type": "category"},
+        yaxis={"title": b, "type": "category"},
+    )
     return fig
 
 
@@ -255,6 +323,10 @@ def _log_c_axis(cs: set[int]) -> dict[str, Any]:
 _PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b")
 
 
+#: Legend entry of the simulator's sweeps (one entry toggles them all).
+_SIM_NAME = "dotted: the simulator's sweep of each (noise off)"
+
+
 def _curve_name(c: Curve) -> str:
     """``#12 TP8 EP8, 2 target launches`` / ``#12 TP8, screening levels only``."""
     n = len(c.launches)
@@ -301,8 +373,8 @@ def curves_figure(data: ReportData) -> Any:
                     x=[lv["concurrency"] for lv in c.simulated],
                     y=[lv["output_tok_s"] for lv in c.simulated],
                     mode="lines",
-                    name=f"#{c.trial.number} simulator sweep (noise off)",
-                    legendgroup=name,
+                    name=_SIM_NAME,
+                    legendgroup=_SIM_NAME,
                     showlegend=i == 0,
                     line={"color": color, "dash": "dot", "width": 1},
                     hovertemplate=f"#{c.trial.number} simulator: C=%{{x}} %{{y:.0f}} tok/s<extra></extra>",
@@ -337,8 +409,8 @@ def latency_figure(data: ReportData) -> Any:
                         x=[x["concurrency"] for x in pts],
                         y=[x[key] for x in pts],
                         mode="lines" if simulated else "lines+markers" if c.target else "markers",
-                        name=f"#{c.trial.number} simulator sweep (noise off)" if simulated else name,
-                        legendgroup=name,
+                        name=_SIM_NAME if simulated else name,
+                        legendgroup=_SIM_NAME if simulated else name,
                         showlegend=col == 1 and (not simulated or i == 0),
                         line={
                             "color": color,
@@ -369,6 +441,15 @@ def figures(data: ReportData) -> dict[str, tuple[Any | None, str]]:
     )
     imp = importances(data)
     out["importance"] = (importance_figure(imp) if imp.variance else None, imp.note)
+    pair = pair_figure(data, imp)
+    out["pair"] = (
+        pair,
+        "The best tok/s measured in each pair of values of the two most important parameters (a pruned "
+        "trial by what it measured), and how many configurations each cell holds; a many-valued number "
+        "is grouped into ranges."
+        if pair is not None
+        else "Fewer than two parameters ranked: no pair to show.",
+    )
     if any(t.intermediate for t in data.trials):
         out["intermediate"] = (
             intermediate_figure(data),
