@@ -70,6 +70,13 @@ class Curve:
     #: The simulator's noise-free sweep over :data:`CURVE_LEVELS` (simulated studies only).
     simulated: list[dict[str, Any]] | None = None
 
+    def measured_on(self) -> str:
+        """``target launches #30, #38`` / ``screening levels only``: what the curve rests on."""
+        if not self.target:
+            return "screening levels only"
+        s = "es" if len(self.launches) > 1 else ""
+        return f"target launch{s} " + ", ".join(f"#{n}" for n in self.launches)
+
 
 # --------------------------------------------------------------------------- the data
 

@@ -328,10 +328,8 @@ _SIM_NAME = "dotted: the simulator's sweep of each (noise off)"
 
 
 def _curve_name(c: Curve) -> str:
-    """``#12 TP8 EP8, 2 target launches`` / ``#12 TP8, screening levels only``."""
-    n = len(c.launches)
-    measured = (f"{n} target launch" + ("es" if n > 1 else "")) if c.target else "screening levels only"
-    return f"#{c.trial.number} {layout_label(c.trial.argv)}, {measured}"
+    """``#12 TP8 EP8, target launches #30, #38`` / ``#12 TP8, screening levels only``."""
+    return f"#{c.trial.number} {layout_label(c.trial.argv)}, {c.measured_on()}"
 
 
 def curves_figure(data: ReportData) -> Any:

@@ -105,12 +105,11 @@ def curve_rows(data: ReportData) -> tuple[list[str], list[list[str]]]:
     over their target launches, see :func:`tuner.report.data.curves`): header and rows."""
     cs = sorted({lv["concurrency"] for c in data.curves for lv in c.levels})
     rows = []
-    for c in data.curves:
-        by_c = {lv["concurrency"]: lv["output_tok_s"] for lv in c.levels}
-        n = len(c.launches)
-        measured = f"target x{n}" if c.target else "screening only"
+    for curve in data.curves:
+        by_c = {lv["concurrency"]: lv["output_tok_s"] for lv in curve.levels}
         rows.append(
-            [f"#{c.trial.number}", layout_label(c.trial.argv), measured] + [_num(by_c.get(c)) for c in cs]
+            [f"#{curve.trial.number}", layout_label(curve.trial.argv), curve.measured_on()]
+            + [_num(by_c.get(c)) for c in cs]
         )
     return ["trial", "layout", "measured on"] + [f"C={c}" for c in cs], rows
 
