@@ -104,6 +104,8 @@ class Search:
         self.storage_url = storage
         self.warm_start = warm_start
         self.extra_start = list(extra_start or [])
+        #: Start configurations the budget left out (label, parameters): see run().
+        self.start_not_run: list[tuple[str, dict[str, Any]]] = []
         self.study_name = study_name
         sampler = IncumbentLocalSampler(
             seed=seed, identity=self._identity, distributions=space.distributions()
@@ -168,9 +170,7 @@ class Search:
         (their configurations are queued again) and re-raises.
         """
         if self.warm_start:
-            # The space's known-good configurations go first (once per study).
-            for point in [*self.start_points(), *self.extra_start]:
-                self.study.enqueue_trial(point, skip_if_exists=True)
+            self._enqueue_start_points()
         if workers <= 1:
             self._worker()
             return self.study
@@ -207,6 +207,34 @@ class Search:
         if listed or self.extra_start or self.study.get_trials(deepcopy=False):
             return listed
         return start_points.defaults(self.space, self.budget)
+
+    def _enqueue_start_points(self) -> None:
+        """Queue the space's known-good configurations first (then ``extra_start``), once per
+        study and only as many as the budget can run: what the budget leaves after the trials
+        counted or queued already and the final window (:meth:`final_window`, kept for the
+        confirmations). A queued point the budget cannot reach would stay WAITING in the
+        study after the run; the points left out are in :attr:`start_not_run`, and a rerun
+        with a larger budget queues them."""
+        listed = bool(self.space.start_points())
+        kind = "start point" if listed else "engine default"
+        points = [(f"{kind} {i}", p) for i, p in enumerate(self.start_points(), 1)]
+        points += [(f"simulator's pick {i}", p) for i, p in enumerate(self.extra_start, 1)]
+        self.start_not_run = []
+        with self.gate.hold():  # workers and processes starting at once queue each point once
+            trials = self.study.get_trials(deepcopy=False)
+            waiting = sum(1 for t in trials if t.state == TrialState.WAITING)
+            reserved = self.final_window() if self.confirm else 0
+            room = self.budget - budget.counted(trials) - waiting - reserved
+            seen = [t.system_attrs.get("fixed_params", t.params) for t in trials]
+            for label, point in points:
+                if point in seen:  # run, running or queued already (an earlier run of the study)
+                    continue
+                seen.append(point)
+                if room <= 0:
+                    self.start_not_run.append((label, point))
+                    continue
+                self.study.enqueue_trial(point, skip_if_exists=True)
+                room -= 1
 
     def _worker(self) -> None:
         while not self._stop.is_set():
