@@ -139,7 +139,7 @@ def server_s(t: FrozenTrial) -> float:
     return float(t.user_attrs.get(SERVER_S, 0.0) or 0.0)
 
 
-def server_key(t: FrozenTrial) -> str | None:
+def server_key(t: FrozenTrial | optuna.Trial | _StoredTrial) -> str | None:
     """The resolved server a trial ran (its rendered configuration for older records)."""
     return t.user_attrs.get(SERVER_KEY, t.user_attrs.get(CONFIG_KEY))
 
@@ -387,7 +387,7 @@ class TrialWriter:
 
     @property
     def server_key(self) -> str | None:
-        return self.trial.user_attrs.get(SERVER_KEY, self.trial.user_attrs.get(CONFIG_KEY))
+        return server_key(self.trial)
 
     def preflight(
         self, *, ok: bool, message: str | None = None, resolved: Mapping[str, Any] | None = None
