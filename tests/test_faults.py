@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -28,6 +29,7 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
+from tests.fixtures_launchers import SshServer, running_sshd
 from tests.helpers import emulator_pids
 from tests.postgres import pg_bin, postgres_server
 from tuner import budget
@@ -78,9 +80,9 @@ def env_for(workdir: Path, **extra: str) -> dict[str, str]:
     )
 
 
-def search_argv(space: Path, n: int, *extra: str) -> list[str]:
+def search_argv(space: Path, n: int, *extra: str, backend: str = "local") -> list[str]:
     return [
-        sys.executable, "-m", "tuner", "search", "--backend", "local", "--space", str(space),
+        sys.executable, "-m", "tuner", "search", "--backend", backend, "--space", str(space),
         "--budget", str(n), "--health-timeout", "30", "--no-annotate", "--seed", "1", "--no-prune", *extra,
     ]  # fmt: skip
 
@@ -91,9 +93,11 @@ def run_search(space: Path, n: int, env: dict[str, str], *extra: str) -> subproc
     )
 
 
-def start_search(space: Path, n: int, env: dict[str, str], *extra: str) -> subprocess.Popen[str]:
+def start_search(
+    space: Path, n: int, env: dict[str, str], *extra: str, backend: str = "local"
+) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        search_argv(space, n, *extra),
+        search_argv(space, n, *extra, backend=backend),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -260,6 +264,65 @@ def test_a_setup_error_stops_the_study_after_at_most_3_launches(workdir: Path):
     assert 1 <= len(launched) <= 3
     assert budget.verdicts(trials) == 0  # nothing learned about any configuration
     assert emulator_pids(port) == []
+
+
+def ssh_client_for(workdir: Path, server: SshServer) -> str:
+    """A directory to put first on PATH: its ``ssh`` is the system client reading the test
+    sshd's client configuration, as a user's ``~/.ssh/config`` names a GPU host."""
+    bindir = workdir / "bin"
+    bindir.mkdir()
+    ssh = bindir / "ssh"
+    ssh.write_text(f'#!/bin/sh\nexec {shutil.which("ssh")} -F {server.config_file} "$@"\n')
+    ssh.chmod(0o755)
+    return str(bindir)
+
+
+#: How long the ssh host's sshd stays down: longer than a trial's remaining requests take
+#: to fail, well within the transport's reconnection window (RECONNECT_S).
+SSHD_DOWN_S = 3.0
+
+
+def test_sshd_stopped_mid_trial_and_back_requeues_the_trial(workdir: Path):
+    """The GPU host's sshd stops in the middle of a sweep (listener and connections, as
+    stopping the ssh service does) and is back 3 s later. The remote server keeps running;
+    the port forward's connection is cut, so the requests in flight fail for the host's
+    reasons: the trial fails as ``unreachable`` (no verdict on its configuration), its
+    server is stopped once ssh answers again, and its configuration is measured again,
+    first, in the same run."""
+    port = free_port()
+    workload = "{kind: burst, levels: [1, 16], max_tokens: 400, single_max_tokens: 200}"
+    # The remote login's PATH has the system python3, not this one (as a GPU host's would).
+    command = EMULATOR.replace("python3", sys.executable).replace('"20"', '"4"')
+    space = fault_space(workdir, port, command=command, workload=workload)
+    with running_sshd() as server:
+        env = env_for(workdir)
+        env["PATH"] = ssh_client_for(workdir, server) + os.pathsep + env["PATH"]
+        began = time.monotonic()
+        proc = start_search(space, 2, env, "--hosts", "localhost", backend="ssh")
+        try:
+            wait_for(lambda: serving(workdir), 60, "the first server")
+            time.sleep(0.5)  # into the sweep
+            remote = emulator_pids(port)  # the wrapper shell and the server
+            server.stop()
+            assert remote and emulator_pids(port) == remote  # they outlive the host's sshd
+            time.sleep(SSHD_DOWN_S)
+            server.start()
+            out = proc.communicate(timeout=RUN_TIMEOUT_S)[0]
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        took = time.monotonic() - began
+        assert proc.returncode == 0, out
+        assert "Traceback" not in out
+        trials = trials_of(workdir)
+        cut = [t for t in trials if t.user_attrs.get("failure_class") == "unreachable"]
+        assert len(cut) == 1, [(t.number, t.user_attrs.get("reason")) for t in trials]
+        assert "dropped while the server was measured" in cut[0].user_attrs["reason"]
+        assert_row(trials, 2, port)
+        for slot in Path.home().joinpath(".cache", "tuner").glob(f"tuner-{port}.*"):
+            slot.unlink()  # the remote slot files of this port (the pid file is gone already)
+    assert took < 60, took
 
 
 @pytest.mark.skipif(pg_bin() is None, reason="PostgreSQL server binaries not installed")

@@ -277,7 +277,7 @@ class Search:
         if same or len(causes) >= SETUP_STOP_ANY:
             raise StudyStopped(
                 f"{len(causes)} launches in a row failed the same way whatever their settings; the host "
-                f"is not set up to run the server: {reason}",
+                f"cannot run the server: {reason}",
                 log_path=self._setup_failures[-1][1],
             )
 
