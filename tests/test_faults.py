@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 
 import optuna
+import psycopg
 import pytest
 from optuna.trial import TrialState
 
@@ -379,6 +380,39 @@ def test_postgres_restarted_mid_study_three_workers_reach_the_budget(workdir: Pa
     assert budget.verdicts(trials) == 24
     assert not [t for t in trials if t.state == TrialState.RUNNING]
     assert not [t for t in trials if t.state == TrialState.WAITING and "failed_trial" in t.system_attrs]
+
+
+@pytest.mark.skipif(pg_bin() is None, reason="PostgreSQL server binaries not installed")
+def test_a_wrong_database_password_is_one_line_and_not_retried(workdir: Path):
+    """PostgreSQL refuses the password: each command says so in one line with exit 2, never
+    prints the password, tries once (the server logs one refused login per command, where a
+    retried one would log :data:`tuner.storage.OPEN_ATTEMPTS`), and creates nothing."""
+    wrong = "Wrong-Pass-4711"
+    with postgres_server(password="Right-Pass-0815") as url:
+        bad = url.replace("Right-Pass-0815", wrong)
+        commands = (
+            ["search", "--budget", "2", "--study", "pgauth"],
+            ["best", "--study", "pgauth"],
+            ["trials"],
+        )
+        for cmd in commands:
+            done = subprocess.run(
+                [sys.executable, "-m", "tuner", *cmd, "--storage", bad],
+                capture_output=True, text=True, timeout=60, env=env_for(workdir),
+            )  # fmt: skip
+            printed = done.stdout + done.stderr
+            assert done.returncode == 2, printed
+            assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in printed, printed
+            assert 'password authentication failed for user "postgres"' in done.stderr
+            assert wrong not in printed
+        refused = url.log_path.read_text().count("password authentication failed")
+        assert refused == len(commands)  # one login per command: not retried
+        with psycopg.connect(url.replace("postgresql+psycopg", "postgresql")) as conn:
+            tables = conn.execute(
+                "select count(*) from information_schema.tables where table_schema = 'public'"
+            )
+            assert tables.fetchone() == (0,)  # no schema, no study
+    assert not (workdir / "studies").exists()
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="mounting a small file system needs root")
