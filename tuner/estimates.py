@@ -15,6 +15,15 @@ standing in until there are some.
 Only trials that launched a server and met every constraint count; a reused trial (a copy
 of another's result) adds no measurement.
 
+A launch can also be wrong without failing: a server that glitched (a stalled clock, a
+cache answering, a level cut short) measures a value the configuration does not have. So
+a launch that would change the recommendation and lies more than :data:`OUTLIER_Z`
+standard deviations from what the rest of the study expects of it (:func:`outlier`) is
+flagged and measured again before anything else. Until then its configuration is
+recommended over no unflagged one; once re-measured, the flagged launch counts when the
+re-measurement agrees with it and is dropped as a glitch when it does not
+(:func:`outlier_verdicts`).
+
 A study that screens on a proxy (:mod:`tuner.fidelity`) recommends only configurations
 measured on the target workload when it has any: a proxy value is a lower bound of the
 target value (it misses the levels the proxy leaves out), and what the deployment serves is
@@ -25,7 +34,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
@@ -42,6 +51,15 @@ NOISE_PRIOR_WEIGHT = 2.0
 #: Standard errors subtracted from a configuration's mean to rank it: one keeps a lucky
 #: single run from outranking a configuration confirmed by a second launch.
 CONFIDENCE_Z = 1.0
+#: Standard deviations (of log(objective): the prediction's and one launch's noise) by which
+#: a launch must miss what the study expects of it to be flagged as an outlier, and by
+#: which a re-measurement must disagree with it to drop it. The three-sigma limit of
+#: Shewhart's control charts: under the noise model, one false flag in ~370 launches
+#: (two-sided), and a false flag costs one launch.
+OUTLIER_Z = 3.0
+#: Outlier verdicts (:func:`outlier_verdicts`): awaiting its re-measurement, confirmed by
+#: it, or dropped as a glitch.
+PENDING, KEPT, DROPPED = "pending", "kept", "dropped"
 
 
 @dataclass(frozen=True)
@@ -58,6 +76,9 @@ class Estimate:
     #: Mean and standard deviation of log(objective) pooled with the other configurations'
     #: launches (see :mod:`tuner.effects`); None ranks by the own launches alone.
     pooled: tuple[float, float] | None = None
+    #: Of ``numbers``, launches flagged as outliers and not re-measured yet: the
+    #: configuration is recommended over no configuration without one.
+    pending: tuple[int, ...] = ()
 
     @property
     def runs(self) -> int:
@@ -126,6 +147,8 @@ class Evidence:
     estimates: list[Estimate]
     noise: float
     model: effects.Effects | None
+    #: Each flagged launch's verdict (:func:`outlier_verdicts`), by trial number.
+    outliers: dict[int, str] = field(default_factory=dict)
 
     def leader(self) -> Estimate | None:
         """The best configuration (see :func:`leader`), whatever it was measured on."""
@@ -133,9 +156,11 @@ class Evidence:
 
     def recommended(self) -> Estimate | None:
         """The configuration to recommend: the best of those measured on the target workload,
-        or the best of all while none is."""
-        confirmed = [e for e in self.estimates if e.confirmed]
-        return leader(confirmed, self.noise) if confirmed else self.leader()
+        or the best of all while none is; one with an outlier awaiting its re-measurement
+        only where every configuration has one."""
+        sure = [e for e in self.estimates if not e.pending] or self.estimates
+        confirmed = [e for e in sure if e.confirmed]
+        return leader(confirmed or sure, self.noise) if sure else None
 
 
 def evidence(trials: Iterable[FrozenTrial]) -> Evidence:
@@ -143,9 +168,13 @@ def evidence(trials: Iterable[FrozenTrial]) -> Evidence:
     trial's parameters where a trial has none), first measured first, pooled by one fit of
     the additive model."""
     trials = sorted(trials, key=lambda t: t.number)
+    verdicts = outlier_verdicts(trials)
+    # A launch dropped as a glitch counts nowhere; one awaiting its re-measurement counts for
+    # its own configuration only (marked pending), not in the model the others are pooled by.
+    unsure = {n for n, v in verdicts.items() if v != KEPT}
     groups: dict[str, list[FrozenTrial]] = {}
     for t in trials:
-        if measured(t):
+        if measured(t) and verdicts.get(t.number) != DROPPED:
             groups.setdefault(_key(t), []).append(t)
     ests = [
         Estimate(
@@ -154,18 +183,19 @@ def evidence(trials: Iterable[FrozenTrial]) -> Evidence:
             tuple(t.values[-1] for t in ts),
             tuple(t.number for t in ts),
             tuple(t.number for t in ts if trial_record.fidelity(t) == "target"),
+            pending=tuple(t.number for t in ts if verdicts.get(t.number) == PENDING),
         )
         for k, ts in groups.items()
     ]
     sigma = noise(ests)
     if not ests:
-        return Evidence(ests, sigma, None)
-    fitted = model(trials, sigma)
+        return Evidence(ests, sigma, None, verdicts)
+    fitted = model([t for t in trials if t.number not in unsure], sigma)
     # A configuration that measured nothing (all requests failed) keeps its own mean of 0.
     pooled = [
         replace(e, pooled=fitted.predict(e.trial.params, e.key)) if min(e.values) > 0 else e for e in ests
     ]
-    return Evidence(pooled, sigma, fitted)
+    return Evidence(pooled, sigma, fitted, verdicts)
 
 
 def estimates(trials: Iterable[FrozenTrial]) -> list[Estimate]:
@@ -201,8 +231,70 @@ def noise(ests: Iterable[Estimate]) -> float:
 
 def leader(ests: Sequence[Estimate], sigma: float) -> Estimate:
     """The estimate with the best score (mean less its standard error); on ties the first
-    measured."""
-    return max(ests, key=lambda e: (e.score(sigma), -e.trial.number))
+    measured. A configuration with an outlier awaiting its re-measurement leads only where
+    every configuration has one."""
+    sure = [e for e in ests if not e.pending] or ests
+    return max(sure, key=lambda e: (e.score(sigma), -e.trial.number))
+
+
+def outlier_verdicts(trials: Sequence[FrozenTrial]) -> dict[int, str]:
+    """The verdict on each launch flagged as an outlier (:data:`trial_record.OUTLIER`):
+    :data:`PENDING` while its configuration has no other measured launch, else
+    :data:`DROPPED` when the others' mean differs from it by more than :data:`OUTLIER_Z`
+    standard deviations of the difference (the noise of the unflagged launches) and
+    :data:`KEPT` when it does not."""
+    flagged = [t for t in trials if measured(t) and trial_record.OUTLIER in t.user_attrs]
+    if not flagged:
+        return {}
+    numbers = {t.number for t in flagged}
+    groups: dict[str, list[FrozenTrial]] = {}
+    for t in trials:
+        if measured(t) and t.number not in numbers and t.values[-1] > 0:
+            groups.setdefault(_key(t), []).append(t)
+    sigma = noise(
+        Estimate(k, ts[0], tuple(t.values[-1] for t in ts), tuple(t.number for t in ts))
+        for k, ts in groups.items()
+    )
+    verdicts = {}
+    for t in flagged:
+        others = groups.get(_key(t), [])
+        if not others:
+            verdicts[t.number] = PENDING
+            continue
+        mean = sum(math.log(o.values[-1]) for o in others) / len(others)
+        sd = sigma * math.sqrt(1.0 + 1.0 / len(others))
+        gap = abs(math.log(max(t.values[-1], 1e-9)) - mean)
+        verdicts[t.number] = DROPPED if gap > OUTLIER_Z * sd else KEPT
+    return verdicts
+
+
+def outlier(trials: Sequence[FrozenTrial], launch: FrozenTrial) -> dict[str, float] | None:
+    """Whether ``launch`` (a measured trial, not among ``trials``) is an outlier against the
+    study's noise model: it would change the recommendation, every one of its parameter
+    values was measured before (else the study cannot say what to expect of it), and its
+    value lies more than :data:`OUTLIER_Z` standard deviations from what the additive model
+    of the other launches expects of its configuration (its earlier launches included:
+    the prediction's own standard deviation and one launch's noise). Returns what to
+    record (the expected value, the measured one, and the distance in standard
+    deviations), else None. A re-measurement of a flagged launch is never flagged itself:
+    it is what judges the flagged one."""
+    if not measured(launch) or trial_record.OUTLIER_CHECK in launch.user_attrs or launch.values[-1] <= 0:
+        return None
+    before = evidence(trials)
+    if before.model is None:
+        return None
+    fitted = before.model
+    if any(repr(v) not in {repr(x) for x in fitted.values(name)} for name, v in launch.params.items()):
+        return None
+    after = evidence([*trials, launch]).recommended()
+    was = before.recommended()
+    if after is None or (was is not None and after.key == was.key):
+        return None
+    mu, sd = fitted.predict(launch.params, _key(launch))
+    z = (math.log(launch.values[-1]) - mu) / math.hypot(sd, before.noise)
+    if abs(z) <= OUTLIER_Z:
+        return None
+    return {"expected": math.exp(mu), "measured": launch.values[-1], "z": round(z, 2)}
 
 
 def best(trials: Iterable[FrozenTrial]) -> Estimate | None:

@@ -37,7 +37,13 @@ from tuner.pruning import RelativeToBestPruner
 from tuner.sampler import IncumbentLocalSampler
 from tuner.space import Space
 from tuner.storage import GRACE_S, open_storage
-from tuner.trial_record import TrialWriter, queued_model_pick, queued_repeat, write_study_info
+from tuner.trial_record import (
+    TrialWriter,
+    queued_model_pick,
+    queued_outlier_check,
+    queued_repeat,
+    write_study_info,
+)
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 # Heartbeats and metric names are marked experimental in Optuna 5; both are relied on here.
@@ -329,6 +335,38 @@ class Search:
         again = challenger if challenger.runs <= leader.runs else leader
         self.study.enqueue_trial(dict(again.trial.params), user_attrs=queued_repeat(again.trial.number))
 
+    def _check_outlier(self, trial: optuna.Trial, value: float | tuple[float, float]) -> None:
+        """Flag the launch just measured when it is an outlier against the study's noise
+        model (:func:`tuner.estimates.outlier`: it would change the recommendation, far
+        from what the study expects of it), and queue its configuration to be measured
+        again before anything else. Until then ``tuner best`` prefers any unflagged
+        configuration; the re-measurement keeps or drops the flagged launch."""
+        if self.objective.multi or not isinstance(value, float):
+            return
+        trials = self.study.get_trials(deepcopy=False)
+        running = next(t for t in trials if t.number == trial.number)
+        launch = optuna.trial.create_trial(
+            state=TrialState.COMPLETE,
+            value=value,
+            params=running.params,
+            distributions=running.distributions,
+            user_attrs=running.user_attrs,
+            system_attrs=running.system_attrs,
+        )
+        launch.number = trial.number
+        found = estimates.outlier([t for t in trials if t.number != trial.number], launch)
+        if found is None:
+            return
+        TrialWriter(trial).outlier(found)
+        logger.warning(
+            f"trial #{trial.number}: {found['measured']:.0f} where the study expects "
+            f"~{found['expected']:.0f} ({found['z']:+.1f} standard deviations): an outlier, measured "
+            "again before it counts"
+        )
+        self.study.enqueue_trial(
+            dict(trial.params), user_attrs=queued_outlier_check(trial.number, trial_record.fidelity(launch))
+        )
+
     def _model_pick(
         self, trials: Sequence[FrozenTrial], leader: estimates.Estimate, fitted: effects.Effects
     ) -> dict[str, Any] | None:
@@ -454,6 +492,7 @@ class Search:
         if bad:
             record.missed(bad)
         record.complete()
+        self._check_outlier(trial, value)
         return value
 
     def _plan(self, wants_target: bool) -> tuple[Any, tuple[int, ...] | None, bool]:
