@@ -278,6 +278,14 @@ def ssh_client_for(workdir: Path, server: SshServer) -> str:
     return str(bindir)
 
 
+def streams_to(port: int) -> int:
+    """Established TCP connections to ``127.0.0.1:port`` (its server's side), from
+    /proc/net/tcp: the requests a server is answering now."""
+    local = f"0100007F:{port:04X}"
+    rows = Path("/proc/net/tcp").read_text().splitlines()[1:]
+    return sum(1 for row in rows if row.split()[1] == local and row.split()[3] == "01")
+
+
 #: How long the ssh host's sshd stays down: longer than a trial's remaining requests take
 #: to fail, well within the transport's reconnection window (RECONNECT_S).
 SSHD_DOWN_S = 3.0
@@ -301,8 +309,8 @@ def test_sshd_stopped_mid_trial_and_back_requeues_the_trial(workdir: Path):
         began = time.monotonic()
         proc = start_search(space, 2, env, "--hosts", "localhost", backend="ssh")
         try:
-            wait_for(lambda: serving(workdir), 60, "the first server")
-            time.sleep(0.5)  # into the sweep
+            # Into the sweep: the C=16 level's streams are open (through the forward).
+            wait_for(lambda: streams_to(port) >= 8, 60, "the first trial's C=16 level")
             remote = emulator_pids(port)  # the wrapper shell and the server
             server.stop()
             assert remote and emulator_pids(port) == remote  # they outlive the host's sshd
@@ -320,6 +328,7 @@ def test_sshd_stopped_mid_trial_and_back_requeues_the_trial(workdir: Path):
         cut = [t for t in trials if t.user_attrs.get("failure_class") == "unreachable"]
         assert len(cut) == 1, [(t.number, t.user_attrs.get("reason")) for t in trials]
         assert "dropped while the server was measured" in cut[0].user_attrs["reason"]
+        assert [lv["concurrency"] for lv in cut[0].user_attrs["levels"]] == [1]  # C=16 was cut: not stored
         assert_row(trials, 2, port)
         for slot in Path.home().joinpath(".cache", "tuner").glob(f"tuner-{port}.*"):
             slot.unlink()  # the remote slot files of this port (the pid file is gone already)
