@@ -221,3 +221,14 @@ def test_a_glitched_launch_not_measured_again_yet_is_not_recommended(space, work
     assert f"trial #{GLITCHED}: " in capsys.readouterr().out  # the unit's notes say why it is not named
     assert main(["trials", "--study", "small"]) == 0
     assert "outlier, re-measuring" in capsys.readouterr().out
+
+
+def test_a_proposal_of_the_glitched_configuration_copies_its_re_measurement(space, workdir: Path):
+    search = _glitched_study(space, 8)
+    glitched = search.study.get_trials()[GLITCHED]
+    search.study.enqueue_trial(dict(glitched.params))
+    search.budget += 1
+    search.run()
+    again = search.study.get_trials()[-1]
+    (check,) = [t for t in search.study.get_trials() if t.user_attrs.get(OUTLIER_CHECK) == GLITCHED]
+    assert again.user_attrs["reused_from"] == check.number and again.value == check.value

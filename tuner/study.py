@@ -555,13 +555,15 @@ class Search:
         return intended
 
     def _measured(self, key: str | None, number: int) -> FrozenTrial | None:
-        """A trial that ran the same server (by the resolved server, see :mod:`tuner.resolution`)."""
+        """A trial that ran the same server (by the resolved server, see :mod:`tuner.resolution`);
+        never a launch flagged as an outlier (its value is in doubt, or a glitch)."""
         for t in self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)):
             if (
                 t.number != number
                 and budget.has_verdict(t)
                 and trial_record.server_key(t) == key
                 and trial_record.reused_from(t) is None
+                and trial_record.OUTLIER not in t.user_attrs
             ):
                 return t
         return None
