@@ -232,3 +232,24 @@ def test_a_proposal_of_the_glitched_configuration_copies_its_re_measurement(spac
     again = search.study.get_trials()[-1]
     (check,) = [t for t in search.study.get_trials() if t.user_attrs.get(OUTLIER_CHECK) == GLITCHED]
     assert again.user_attrs["reused_from"] == check.number and again.value == check.value
+
+
+def test_a_glitched_launch_sets_no_pruning_bar(space, workdir: Path):
+    """Pruning on: the glitched launch's 3x levels would cut every later trial at its first
+    level; flagged, they set no bar, and its re-measurement is never cut."""
+    search = Search(
+        space,
+        GlitchedServer(SimMeasurer(space.hardware, space.model, noise=DEFAULT_NOISE), f"trial-{GLITCHED}"),
+        study_name="small",
+        storage="sqlite:///studies/small.db",
+        objective=Objective(),
+        seed=1,
+        budget=len(GLITCH_PLAN) + 1,
+    )
+    for ep, eplb, no_graph in GLITCH_PLAN:
+        search.study.enqueue_trial({"ep_size": ep, "enable_eplb": eplb, "disable_cuda_graph": no_graph})
+    search.run()
+    trials = search.study.get_trials()
+    (check,) = [t for t in trials if t.user_attrs.get(OUTLIER_CHECK) == GLITCHED]
+    assert check.state == TrialState.COMPLETE
+    assert estimates.outlier_verdicts(trials) == {GLITCHED: estimates.DROPPED}

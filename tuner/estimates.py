@@ -270,22 +270,19 @@ def outlier_verdicts(trials: Sequence[FrozenTrial]) -> dict[int, str]:
 
 def outlier(trials: Sequence[FrozenTrial], launch: FrozenTrial) -> dict[str, float] | None:
     """Whether ``launch`` (a measured trial, not among ``trials``) is an outlier against the
-    study's noise model: it would change the recommendation, every one of its parameter
-    values was measured before (else the study cannot say what to expect of it), and its
-    value lies more than :data:`OUTLIER_Z` standard deviations from what the additive model
-    of the other launches expects of its configuration (its earlier launches included:
-    the prediction's own standard deviation and one launch's noise). Returns what to
-    record (the expected value, the measured one, and the distance in standard
-    deviations), else None. A re-measurement of a flagged launch is never flagged itself:
-    it is what judges the flagged one."""
+    study's noise model: it would change the recommendation, and its value lies more than
+    :data:`OUTLIER_Z` standard deviations from what the additive model of the other
+    launches expects of its configuration (its earlier launches included; the deviations
+    are the prediction's own, which is wide for values the study has not measured, and one
+    launch's noise). Returns what to record (the expected value, the measured one, and
+    the distance in standard deviations), else None. A re-measurement of a flagged launch
+    is never flagged itself: it is what judges the flagged one."""
     if not measured(launch) or trial_record.OUTLIER_CHECK in launch.user_attrs or launch.values[-1] <= 0:
         return None
     before = evidence(trials)
     if before.model is None:
         return None
     fitted = before.model
-    if any(repr(v) not in {repr(x) for x in fitted.values(name)} for name, v in launch.params.items()):
-        return None
     after = evidence([*trials, launch]).recommended()
     was = before.recommended()
     if after is None or (was is not None and after.key == was.key):

@@ -7,6 +7,10 @@ are slower than TP at C=1 and faster at peak), so a trial is pruned only when it
 *far* below the best completed trial at the same level: a configuration that is merely
 second-best is never cut, one that is hopeless (EPLB on PCIe, no CUDA graphs) is cut
 after the first level.
+
+A launch flagged as an outlier (:func:`tuner.estimates.outlier`: a glitched server's 3x
+is the usual case) sets no bar until its re-measurement keeps it, and that
+re-measurement is never pruned: it is what judges the flagged launch.
 """
 
 from __future__ import annotations
@@ -14,6 +18,8 @@ from __future__ import annotations
 import optuna
 from optuna.pruners import BasePruner
 from optuna.trial import FrozenTrial, TrialState
+
+from tuner import estimates, trial_record
 
 #: At the first level (single stream), prune below this share of the best completed trial.
 #: EP layouts run at ~0.66 of TP8 at C=1 yet win the peak; EPLB (~0.10) and no CUDA graphs
@@ -41,13 +47,18 @@ class RelativeToBestPruner(BasePruner):
 
     def prune(self, study: optuna.Study, trial: FrozenTrial) -> bool:
         step = trial.last_step
-        if step is None:
+        if step is None or trial_record.OUTLIER_CHECK in trial.user_attrs:
             return False
         value = trial.intermediate_values[step]
+        trials = study.get_trials(deepcopy=False)
+        doubtful = {n for n, v in estimates.outlier_verdicts(trials).items() if v != estimates.KEPT}
         done = [
             t
-            for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-            if step in t.intermediate_values and not any(v > 0 for v in t.constraints.values())
+            for t in trials
+            if t.state == TrialState.COMPLETE
+            and step in t.intermediate_values
+            and not any(v > 0 for v in t.constraints.values())
+            and t.number not in doubtful
         ]
         if len(done) < self.min_completed:
             return False
