@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -26,6 +27,8 @@ import pytest
 from tests.helpers import CHROMIUM, CHROMIUM_FLAGS
 from tuner.annotate import (
     DASHBOARD_TRIAL_ARTIFACT_PREFIX,
+    IMPORTANCE_GRAPH_ID,
+    PAIR_GRAPH_ID,
     TrialAnnotator,
     annotate_trial,
     constraints_in_words,
@@ -36,6 +39,7 @@ from tuner.cli import main
 from tuner.commands.dashboard import dashboard_url
 from tuner.estimates import best_record
 from tuner.net import free_port
+from tuner.report import ReportData, importances
 from tuner.storage import load_study, resolve_storage
 
 needs_chromium = pytest.mark.skipif(
@@ -140,8 +144,36 @@ def test_dashboard_shows_study_notes_and_artifacts(workdir, tmp_path):
         assert study_url in printed, printed
 
         profile = tmp_path / "chromium-profile"
-        dom = dump_dom(study_url, profile, [study.study_name, "Trial"])
+        figures = [f'id="user-defined-plot:{g}"' for g in (IMPORTANCE_GRAPH_ID, PAIR_GRAPH_ID)]
+        dom = dump_dom(study_url, profile, [study.study_name, "Best Trial (number=", *figures])
         assert study.study_name in dom
+        # The best-value card prints the stored value: 0.1 tok/s, not 16 digits.
+        card = re.search(r"Best Trial \(number=(\d+)\)</h6><h3[^>]*>([^<]+)</h3>", dom)
+        assert card, dom[dom.find("Best Trial") - 200 : dom.find("Best Trial") + 400]
+        assert re.fullmatch(r"\d+\.\d", card.group(2)), card.group(2)
+        assert float(card.group(2)) == study.trials[int(card.group(1))].value
+        values = [v for t in study.trials if t.values for v in t.values]
+        assert values and all(v == round(v, 1) for v in values)
+        # tuner's own figures on the study page, drawn: the importances with pruned trials
+        # counted, and the two most important parameters against each other.
+        ranked = importances(ReportData.of(study, with_curves=False)).ranked()
+        for marker in figures:
+            drawn = dom[dom.index(marker) : dom.index(marker) + 20000]
+            assert 'class="main-svg"' in drawn, marker
+        pair = dom[dom.index(figures[1]) : dom.index(figures[1]) + 40000]
+        assert f"Best tok/s by {ranked[0]} and {ranked[1]}" in pair
+        shot = tmp_path / "dashboard-study.png"
+        chromium(
+            ["--virtual-time-budget=20000", "--window-size=1400,2600", f"--screenshot={shot}", study_url],
+            profile,
+        )
+        assert shot.exists() and shot.stat().st_size > 10_000
+        print(f"screenshot: {shot}")
+        # The study's note names the parameters to choose in the dashboard's contour plot.
+        note = dump_dom(f"{study_url}/note", profile, ["Parameters that matter most"])
+        assert re.search(
+            f"choose <code[^>]*>{ranked[0]}</code> and <code[^>]*>{ranked[1]}</code> there", note
+        )
 
         trial_url = f"{base}/dashboard/studies/{study_id}/trials?numbers={n}"
         unit_name = f"trial-{n}.service"

@@ -12,6 +12,7 @@ import os
 import re
 import signal
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -22,6 +23,7 @@ from tuner.report import (
     FIGURES,
     ReportData,
     failure_rows,
+    importances,
     layout_label,
     pareto_front,
     render_markdown,
@@ -118,7 +120,35 @@ def test_markdown_report_has_the_tables(study_dir, capsys):
     assert header in md
     assert re.search(r"^\| 1 \| #\d+ \| [\d.]+ \|.*\| \(winner\) \|$", md, re.M)
     assert "| class | count | trials | reasons |" in md
-    assert re.search(r"^\| trial \| layout \| C=1 \|", md, re.M)  # per-level tok/s of the top five
+    # Per-level tok/s of the configurations the throughput figure draws (the finalists).
+    assert re.search(r"^\| trial \| layout \| measured on \| C=1 \| C=32 \|", md, re.M)
+    assert re.search(r"^\| #\d+ \| [^|]+ \| target launch(es)? #\d+(, #\d+)* \|", md, re.M)
+
+
+def test_importances_rank_the_settings_that_cripple_a_server_high(study_dir, capsys):
+    """The simulated reference study prunes the configurations with CUDA graphs off or expert
+    load balancing on (4-8x slower at one stream); counted by what they measured, those two
+    parameters rank among the three most important, and the report's table says so."""
+    data = ReportData.of(load_study(None, None), with_curves=False)
+    killers = {
+        name
+        for t in data.trials
+        if t.outcome == "pruned"
+        for name in ("disable_cuda_graph", "enable_eplb")
+        if t.params.get(name) is True
+    }
+    assert killers == {"disable_cuda_graph", "enable_eplb"}  # the study tried both, and cut them
+    imp = importances(data)
+    assert "pruned trials (by what they measured" in imp.note
+    assert killers <= set(imp.ranked()[:3]), imp.variance
+    assert sum(imp.variance.values()) == pytest.approx(1.0)
+    assert imp.top and sum(imp.top.values()) == pytest.approx(1.0)
+
+    assert main(["report", "--format", "md"]) == 0
+    md = capsys.readouterr().out
+    table = md[md.index("| parameter | variance share | top 10% (PED-ANOVA) |") :]
+    ranked = re.findall(r"^\| (\w+) \| [\d.]+ \| [\d.-]+ \|$", table, re.M)
+    assert killers <= set(ranked[:3]), ranked
 
 
 def test_small_study_reports_without_importances(workdir, tmp_path, capsys):
@@ -161,3 +191,85 @@ def test_layout_labels_and_pareto_front():
     # TP8 wins one stream, EP8 the peak; the third is beaten by both.
     points = [(98.0, 1305.0), (65.0, 1439.0), (60.0, 1200.0), (98.0, 1250.0)]
     assert pareto_front(points) == [1, 0]
+
+
+#: A small emulated study: four target levels screened on two (C=1 and C=32), so only its
+#: finalists carry the whole curve.
+EMULATED_SPACE = """
+name: emu-curves
+engine: sglang
+hardware: rtx-pro-6000-pcie-x8
+model: kimi-k2.6
+launch:
+  command: [python3, -m, tuner.sim.server, --speedup, "20", --load-delay, "0.2", --]
+  flags: {{--model-path: /models/Kimi-K2.6, --tp-size: 8, --host: 127.0.0.1, --port: {port},
+          --max-running-requests: 64}}
+parameters:
+  ep_size: {{flag: --ep-size, type: categorical, choices: [1, 8]}}
+  num_continuous_decode_steps: {{flag: --num-continuous-decode-steps, type: categorical, choices: [1, 4]}}
+workload: {{kind: burst, levels: [1, 8, 16, 32], max_tokens: 64, single_max_tokens: 16}}
+"""
+
+
+def test_throughput_curve_of_an_emulated_study_is_its_finalists_target_measurements(
+    workdir, tmp_path, monkeypatch
+):
+    """An emulated study (real emulator processes over HTTP, no simulator in the report):
+    the throughput and latency curves are the finalists' launches on every level of the
+    target workload, averaged per level, not a line between the two screening levels."""
+    from tuner.measurers import SimMeasurer
+    from tuner.net import free_port
+
+    space = workdir / "emu.yaml"
+    space.write_text(EMULATED_SPACE.format(port=free_port()))
+    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+    proc = subprocess.run(
+        [sys.executable, "-m", "tuner", "search", "--backend", "local", "--space", str(space),
+         "--budget", "6", "--seed", "2", "--health-timeout", "30", "--no-annotate", "--quiet"],
+        capture_output=True, text=True, timeout=300, env=env,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+    sims: list[object] = []
+    monkeypatch.setattr(SimMeasurer, "__init__", lambda self, *a, **k: sims.append(a))
+    study = load_study(None, None)
+    data = ReportData.of(study)
+    assert data.info is not None and data.info.backend is not None
+    assert data.info.backend["kind"] != "simulated"
+    stored = {t.number: t for t in study.trials}
+    screened = [
+        t for t in stored.values() if t.user_attrs.get("fidelity") == "proxy" and t.user_attrs.get("levels")
+    ]
+    assert screened and all(len(t.user_attrs["levels"]) == 2 for t in screened)  # C=1 and C=32 only
+
+    finalists = [c for c in data.curves if c.target]
+    assert finalists and data.curves[: len(finalists)] == finalists
+    for c in data.curves[len(finalists) :]:  # the room left: screened configurations, as points
+        assert [lv["concurrency"] for lv in c.levels] == [1, 32] and c.launches == (c.trial.number,)
+    for c in finalists:
+        assert [lv["concurrency"] for lv in c.levels] == [1, 8, 16, 32]
+        assert c.simulated is None
+        launches = [stored[n] for n in c.launches]
+        assert all(t.user_attrs["fidelity"] == "target" for t in launches)
+        assert {t.user_attrs["config_key"] for t in launches} == {c.trial.config_key}
+        for lv in c.levels:
+            measured = [
+                x["output_tok_s"]
+                for t in launches
+                for x in t.user_attrs["levels"]
+                if x["concurrency"] == lv["concurrency"]
+            ]
+            assert lv["output_tok_s"] == pytest.approx(sum(measured) / len(measured))
+            assert lv["tok_s_min"] == min(measured) and lv["tok_s_max"] == max(measured)
+            assert lv["ttft_s_p99"] is not None and lv["itl_ms_p50"] is not None
+    assert sims == []  # nothing in the report called the simulator
+
+    page = tmp_path / "emulated.html"
+    monkeypatch.chdir(workdir)
+    assert main(["report", "-o", str(page)]) == 0
+    text = page.read_text()
+    assert "measured on every level of the target workload" in text and "simulator" not in text
+    assert "emulator at 20x: ~" in text  # the server time, also on the modelled host
+    curve = re.search(r'<div id="fig-curves".*?</script>', text, re.S)
+    assert curve and '"x":[1,8,16,32]' in curve.group(0)
+    assert sims == []

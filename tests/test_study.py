@@ -255,7 +255,8 @@ def test_objectives_single_goodput_pareto_and_the_single_stream_floor(space):
     single = study(Objective(name="single"), "single")
     for r in single:
         if r.outcome == "complete":
-            assert r.value == pytest.approx(r.attrs["levels"][0]["output_tok_s"])
+            # The value is stored at 0.1 tok/s (tuner.objectives.stored), the level as measured.
+            assert r.value == pytest.approx(r.attrs["levels"][0]["output_tok_s"], abs=0.05)
     pareto = study(Objective(name="pareto"), "pareto")
     assert all(r.state != "PRUNED" for r in pareto)  # Optuna cannot prune multi-objective trials
     assert all(len(r.values) == 2 for r in pareto if r.outcome == "complete")

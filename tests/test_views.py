@@ -21,6 +21,7 @@ import pytest
 
 from tests.test_progress import run_under_pty
 from tuner.cli import build_parser, main
+from tuner.space import DEFAULT_SPACE, resolve_space
 from tuner.statement import backend_of, backend_text, statement_lines, workload_text
 from tuner.trial_record import TrialRecord
 from tuner.wording import fmt_value, refusal_text
@@ -44,7 +45,14 @@ def searched(tmp_path_factory) -> tuple[Path, str]:
     """A 20-trial simulated search run under a pseudo-terminal: its directory and what the
     terminal showed (escape sequences and carriage returns removed)."""
     where = tmp_path_factory.mktemp("search")
-    raw = run_under_pty([sys.executable, "-m", "tuner", "search", "--budget", "20", "--seed", "1"], where)
+    # The reference space with one more start point, one SGLang refuses (moe-dense-tp-size 8
+    # under TP4 PP2): the sampler redraws such proposals itself, so a refusal is queued here.
+    space = resolve_space(DEFAULT_SPACE).read_text() + "  - {layout: tp4pp2, moe_dense_tp_size: 8}\n"
+    (where / "space.yaml").write_text(space)
+    raw = run_under_pty(
+        [sys.executable, "-m", "tuner", "search", "--space", "space.yaml", "--budget", "20", "--seed", "1"],
+        where,
+    )
     return where, ANSI.sub("", raw).replace("\r\n", "\n")
 
 
@@ -161,10 +169,32 @@ def test_trials_rows_sort_filter_columns_and_formats(searched):
     assert bad.returncode == 2 and "nope" in bad.stderr
 
 
-def test_budget_beyond_the_start_points_reports_no_waiting_work(workdir):
+def test_budget_below_the_start_points_leaves_nothing_queued_and_names_what_it_skipped(workdir):
+    """The reference space has 5 start configurations: a budget of 3 runs two of them and
+    confirms the leader on the target workload, leaves no WAITING trial in the study, and
+    says which start configurations it did not run; a larger budget runs them."""
+    from optuna.trial import TrialState
+
+    from tuner.storage import load_study
+
     proc = tuner("search", "--budget", "3", "--seed", "1", "--quiet", cwd=workdir)
     assert proc.returncode == 0, proc.stderr
     assert "3 trials (3 complete)" in proc.stdout and "waiting" not in proc.stdout
+    assert "3 start configuration(s) not run" in proc.stdout
+    skipped = re.findall(r"^  (start point \d): (.*)$", proc.stdout, re.M)
+    assert [label for label, _ in skipped] == ["start point 3", "start point 4", "start point 5"]
+    assert all("=None" not in params and "num_continuous_decode_steps=8" in params for _, params in skipped)
+    study = load_study(None, None)
+    assert [t.state for t in study.trials] == [TrialState.COMPLETE] * 3
+    assert "not confirmed on the target" not in proc.stdout
+
+    more = tuner("search", "--budget", "8", "--seed", "1", "--quiet", cwd=workdir)
+    assert more.returncode == 0, more.stderr
+    assert "not run" not in more.stdout
+    study = load_study(None, None)
+    assert len(study.trials) == 8 and all(t.state == TrialState.COMPLETE for t in study.trials)
+    steps = [t.params.get("num_continuous_decode_steps") for t in study.trials]
+    assert steps.count(8) == 3  # start points 3-5 (the only ones with 8 decode steps) ran
 
 
 def test_dry_run_prints_gpu_hours_and_launches_nothing(workdir):

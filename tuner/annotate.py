@@ -395,9 +395,20 @@ class TrialAnnotator:
         )
 
 
-def study_note(study: optuna.Study) -> str:
-    """The Markdown note of the study: what was measured, on what, in which units, and the
-    winner with its confidence (the lines ``tuner best`` prints)."""
+#: Ids of the figures tuner adds to the study's page in optuna-dashboard (its "plotly graph
+#: objects": each a card of its own; saved again under the same id, a figure is replaced).
+IMPORTANCE_GRAPH_ID = "tuner-importances"
+PAIR_GRAPH_ID = "tuner-two-most-important"
+#: optuna-dashboard draws such a figure in a card 450 px high (its ``user-defined-plot``):
+#: the figures are sized to it, the importances to their ten largest.
+DASHBOARD_FIGURE_HEIGHT = 440
+DASHBOARD_IMPORTANCES = 10
+
+
+def study_note(study: optuna.Study, ranked: Sequence[str] = ()) -> str:
+    """The Markdown note of the study: what was measured, on what, in which units, the
+    winner with its confidence (the lines ``tuner best`` prints), and, given the parameters
+    ``ranked`` by importance, which matter and where the dashboard's own cards differ."""
     from tuner.verdict import verdict
 
     info = StudyInfo.of(study.user_attrs)
@@ -418,16 +429,51 @@ def study_note(study: optuna.Study) -> str:
         lines.append(
             f"\nDeploy it: `tuner best --study {study.study_name} > {info.engine or DEFAULT_ENGINE}.service`"
         )
+        lines.append(
+            "\nThe dashboard's *Best Trial* card shows the single launch with the highest value; the best "
+            "above is judged on every launch of each configuration (the estimate and its interval)."
+        )
+    if len(ranked) >= 2:
+        top = ", ".join(f"`{name}`" for name in ranked[:3])
+        lines += [
+            "",
+            f"**Parameters that matter most:** {top} (their share of the variance of log tok/s, pruned "
+            "trials counted by what they measured: the figures *Parameter importances* and *Best tok/s by "
+            f"{md_escape(ranked[0])} and {md_escape(ranked[1])}* on the study's page). The dashboard's own "
+            "*Hyperparameter Importance* card counts complete trials only (PED-ANOVA: what reaches the "
+            "top 10%), and its contour plot starts on the first two parameters by name: choose "
+            f"`{ranked[0]}` and `{ranked[1]}` there.",
+        ]
     lines += ["", "_Written by tuner at the end of each search._"]
     return "\n".join(lines) + "\n"
 
 
 def annotate_study(study: optuna.Study, artifact_dir: Path | None = None) -> bool:
-    """Write the study's note for optuna-dashboard (:func:`study_note`). Never raises."""
+    """Write the study's note for optuna-dashboard (:func:`study_note`) and its figures of
+    the parameter importances and of the two most important parameters against each other
+    (:mod:`tuner.report`: pruned trials counted by what they measured, which the dashboard's
+    own importance card and contour plot leave out). Never raises."""
     try:
-        from optuna_dashboard import save_note
+        from optuna_dashboard import save_note, save_plotly_graph_object
 
-        save_note(study, study_note(study))
+        from tuner.report.data import ReportData, importances
+        from tuner.report.figures import importance_figure, pair_figure
+
+        data = ReportData.of(study, with_curves=False)
+        imp = importances(data)
+        save_note(study, study_note(study, imp.ranked()))
+        if imp.variance:
+            fig = importance_figure(imp, top=DASHBOARD_IMPORTANCES)
+            fig.update_layout(
+                title={"text": "Parameter importances (pruned trials counted)", "x": 0.01},
+                height=DASHBOARD_FIGURE_HEIGHT,
+                modebar={"orientation": "v"},  # clear of the title
+            )
+            save_plotly_graph_object(study, fig, graph_object_id=IMPORTANCE_GRAPH_ID)
+        pair = pair_figure(data, imp)
+        if pair is not None:
+            pair.update_layout(height=DASHBOARD_FIGURE_HEIGHT, modebar={"orientation": "v"})
+            save_plotly_graph_object(study, pair, graph_object_id=PAIR_GRAPH_ID)
         return True
     except Exception as exc:
         logger.warning(f"writing the study's dashboard note failed: {exc!r}")

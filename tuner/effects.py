@@ -76,6 +76,10 @@ class Effects:
         """The values of a parameter that the observations measured."""
         return [v for (n, _), v in self._values.items() if n == name]
 
+    def effect(self, name: str, value: Any) -> float:
+        """Posterior mean of a measured value's effect on log(objective)."""
+        return float(self._mean[self._columns[(name, repr(value))]])
+
     def gain(self, name: str, current: Any, other: Any) -> tuple[float, float]:
         """Posterior mean and standard deviation of the change in log(objective) when
         parameter ``name`` goes from ``current`` to ``other`` (a measured value)."""

@@ -115,17 +115,32 @@ class Estimate:
         return self.mean * (1.0 + z * noise / math.sqrt(self.runs))
 
 
-def measured(t: FrozenTrial) -> bool:
-    """A feasible, completed trial that launched its own server."""
+def launched(t: FrozenTrial) -> bool:
+    """A completed trial that launched its own server and measured the objective, whether
+    or not it met the objective's constraints."""
     return (
         t.state == TrialState.COMPLETE
         and bool(t.values)
         and all(math.isfinite(v) for v in t.values)
         and trial_record.outcome(t) == "complete"
         and trial_record.reused_from(t) is None
-        and not trial_record.violations(t)
-        and not any(v > 0 for v in t.constraints.values())
     )
+
+
+def measured(t: FrozenTrial) -> bool:
+    """A feasible, completed trial that launched its own server."""
+    return launched(t) and not trial_record.violations(t) and not any(v > 0 for v in t.constraints.values())
+
+
+def feasible_on_average(launches: Sequence[FrozenTrial]) -> bool:
+    """Whether a configuration meets the objective's constraints over all its launches: the
+    mean of each constraint value is <= 0. A configuration at the edge of a floor (a
+    single-stream rate that meets 60 tok/s in one launch of six) is judged by all six."""
+    values = [{**trial_record.violations(t), **t.constraints} for t in launches]
+    for name in {name for v in values for name in v}:
+        if sum(v.get(name, 0.0) for v in values) / len(values) > 0:
+            return False
+    return True
 
 
 def observed(t: FrozenTrial) -> float | None:
@@ -174,8 +189,9 @@ def evidence(trials: Iterable[FrozenTrial]) -> Evidence:
     unsure = {n for n, v in verdicts.items() if v != KEPT}
     groups: dict[str, list[FrozenTrial]] = {}
     for t in trials:
-        if measured(t) and verdicts.get(t.number) != DROPPED:
+        if launched(t) and verdicts.get(t.number) != DROPPED:
             groups.setdefault(_key(t), []).append(t)
+    groups = {k: ts for k, ts in groups.items() if feasible_on_average(ts)}
     ests = [
         Estimate(
             k,
@@ -239,17 +255,17 @@ def leader(ests: Sequence[Estimate], sigma: float) -> Estimate:
 
 def outlier_verdicts(trials: Sequence[FrozenTrial]) -> dict[int, str]:
     """The verdict on each launch flagged as an outlier (:data:`trial_record.OUTLIER`):
-    :data:`PENDING` while its configuration has no other measured launch, else
-    :data:`DROPPED` when the others' mean differs from it by more than :data:`OUTLIER_Z`
-    standard deviations of the difference (the noise of the unflagged launches) and
-    :data:`KEPT` when it does not."""
-    flagged = [t for t in trials if measured(t) and trial_record.OUTLIER in t.user_attrs]
+    :data:`PENDING` while its configuration has no later launch (the earlier ones are what
+    it was flagged against), else :data:`DROPPED` when the later launches' mean differs
+    from it by more than :data:`OUTLIER_Z` standard deviations of the difference (the noise
+    of the unflagged launches) and :data:`KEPT` when it does not."""
+    flagged = [t for t in trials if launched(t) and trial_record.OUTLIER in t.user_attrs]
     if not flagged:
         return {}
     numbers = {t.number for t in flagged}
     groups: dict[str, list[FrozenTrial]] = {}
     for t in trials:
-        if measured(t) and t.number not in numbers and t.values[-1] > 0:
+        if launched(t) and t.number not in numbers and t.values[-1] > 0:
             groups.setdefault(_key(t), []).append(t)
     sigma = noise(
         Estimate(k, ts[0], tuple(t.values[-1] for t in ts), tuple(t.number for t in ts))
@@ -257,7 +273,7 @@ def outlier_verdicts(trials: Sequence[FrozenTrial]) -> dict[int, str]:
     )
     verdicts = {}
     for t in flagged:
-        others = groups.get(_key(t), [])
+        others = [o for o in groups.get(_key(t), []) if o.number > t.number]
         if not others:
             verdicts[t.number] = PENDING
             continue
@@ -269,7 +285,7 @@ def outlier_verdicts(trials: Sequence[FrozenTrial]) -> dict[int, str]:
 
 
 def outlier(trials: Sequence[FrozenTrial], launch: FrozenTrial) -> dict[str, float] | None:
-    """Whether ``launch`` (a measured trial, not among ``trials``) is an outlier against the
+    """Whether ``launch`` (a launched trial, not among ``trials``) is an outlier against the
     study's noise model: it would change the recommendation, and its value lies more than
     :data:`OUTLIER_Z` standard deviations from what the additive model of the other
     launches expects of its configuration (its earlier launches included; the deviations
@@ -277,7 +293,7 @@ def outlier(trials: Sequence[FrozenTrial], launch: FrozenTrial) -> dict[str, flo
     launch's noise). Returns what to record (the expected value, the measured one, and
     the distance in standard deviations), else None. A re-measurement of a flagged launch
     is never flagged itself: it is what judges the flagged one."""
-    if not measured(launch) or trial_record.OUTLIER_CHECK in launch.user_attrs or launch.values[-1] <= 0:
+    if not launched(launch) or trial_record.OUTLIER_CHECK in launch.user_attrs or launch.values[-1] <= 0:
         return None
     before = evidence(trials)
     if before.model is None:

@@ -23,6 +23,19 @@ from tuner.request_records import LevelRecords
 
 ObjectiveName = Literal["peak", "single", "goodput", "pareto"]
 
+#: Decimals an objective value is stored with: 0.1 tok/s, as every output of tuner prints it
+#: and far below the run-to-run noise (about 2%, :mod:`tuner.estimates`); optuna-dashboard
+#: prints the stored float as it is (``2241.441708862716`` on its best-value card otherwise).
+#: Below :data:`FINE_BELOW` tok/s (a small model on a CPU) one more, so the resolution stays
+#: under 1% of the value.
+VALUE_DECIMALS = 1
+FINE_BELOW = 10.0
+
+
+def stored(value: float) -> float:
+    """``value`` (tok/s) at the precision it is stored and told to Optuna with."""
+    return round(value, VALUE_DECIMALS + (1 if abs(value) < FINE_BELOW else 0))
+
 
 class Objective(BaseModel):
     """The objective section of a search space (and ``tuner search --objective``)."""
@@ -45,23 +58,24 @@ class Objective(BaseModel):
         return self.name == "pareto"
 
     def level_value(self, m: LevelMetrics, goodput: float | None) -> float:
-        """The per-level intermediate value reported to Optuna (for pruning)."""
+        """The per-level intermediate value reported to Optuna (for pruning), as stored."""
         if self.name == "goodput" and goodput is not None:
-            return goodput
-        return m.output_tok_s
+            return stored(goodput)
+        return stored(m.output_tok_s)
 
     def value(
         self, levels: Sequence[LevelMetrics], goodputs: Sequence[float | None] = ()
     ) -> float | tuple[float, float]:
-        single = single_stream(levels)
-        peak = peak_tok_s(levels)
+        """The objective's value (two for ``pareto``), as stored (:func:`stored`)."""
+        single = stored(single_stream(levels))
+        peak = stored(peak_tok_s(levels))
         if self.name == "single":
             return single
         if self.name == "pareto":
             return (single, peak)
         if self.name == "goodput":
             vals = [g for g in goodputs if g is not None]
-            return max(vals) if vals else 0.0
+            return stored(max(vals)) if vals else 0.0
         return peak
 
     def partial(self, levels: Sequence[LevelMetrics], goodputs: Sequence[float | None] = ()) -> float | None:
@@ -71,7 +85,7 @@ class Objective(BaseModel):
         if self.multi:
             return None
         if self.name == "single":
-            return single_stream(levels) if any(m.concurrency == 1 for m in levels) else None
+            return stored(single_stream(levels)) if any(m.concurrency == 1 for m in levels) else None
         if not any(m.concurrency > 1 for m in levels):
             return None
         return float(self.value(levels, goodputs))  # type: ignore[arg-type]

@@ -5,15 +5,29 @@ mostly categorical space where a few knobs matter a lot and most matter a little
 TPE alone spends much of such a budget learning which knobs matter; a local search
 around the incumbent finishes the job quickly once a good region is found. So after
 the start-up trials, nine trials in ten are *local moves*: the best configuration so far
-(see :mod:`tuner.estimates`) with one or two parameters changed (a stepped number moves a
-few steps, a categorical takes another value), never a configuration already measured.
-The others come from TPE, which keeps exploring. Both see the constraints of earlier
-trials: infeasible and failed trials are never the incumbent.
+(see :mod:`tuner.estimates`) with one parameter changed, never a configuration already
+measured. The others come from TPE, which keeps exploring. Both see the constraints of
+earlier trials: infeasible and failed trials are never the incumbent.
+
+Which change comes next is decided by the additive model of the whole study
+(:mod:`tuner.effects`): each candidate change is scored by its expected improvement over
+the incumbent. A value measured elsewhere in the study carries its pooled effect; a value
+not measured yet gets its parameter's own spread of effects as its uncertainty (a knob
+whose values all measured alike is probably flat) and, for an ordered parameter, the trend
+of its measured neighbours (a memory fraction that gained going up probably gains going
+further up). So the walk spends its launches on the knobs that matter on *this* space,
+whatever they are, instead of a fixed or shuffled order.
+
+Proposals the engine's rules or the space's constraints reject cost no launch, but they
+are redrawn here rather than handed to the study: a TPE proposal is drawn again (up to
+:data:`MAX_ATTEMPTS` times) until the rules accept it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -22,7 +36,7 @@ from optuna.distributions import BaseDistribution, CategoricalDistribution, Floa
 from optuna.samplers import BaseSampler, TPESampler
 from optuna.trial import FrozenTrial, TrialState
 
-from tuner import estimates
+from tuner import effects, estimates
 
 #: Finished trials before local moves start (enqueued start points count: the reference
 #: space has five, so the walk starts from the best of them). Over 20 seeds of the reference
@@ -32,20 +46,59 @@ from tuner import estimates
 LOCAL_AFTER = 5
 #: Share of trials (after LOCAL_AFTER) that are local moves.
 LOCAL_SHARE = 0.9
-#: A stepped number moves at most this many steps in one local move.
+#: A stepped number moves at most this many steps in one random jump.
 MAX_STEPS = 3
+#: Steps a stepped number tries from the incumbent's value; the long jump only on grids of
+#: more than :data:`LONG_GRID` values (a memory fraction in 0.01 steps: one step is within
+#: noise, four cross most of the useful range in one launch).
+STEPS = (1, 2)
+LONG_STEP = 4
+LONG_GRID = 8
 #: A new best replaces the incumbent of the local walk only when its score is better by this
 #: share. Scores pool the study's launches (tuner.effects), so they move less than one launch
 #: (2% noise); over 60 seeds of the reference study (benchmarks/search_efficiency.py's
 #: setting), 0, 1% and 2% reach within 2% of the space's best in 52, 55 and 52 seeds: 0
 #: restarts the walk on noise, 2% keeps it on a configuration 1-2% short.
 INCUMBENT_MARGIN = 0.01
-#: Proposals tried to find a configuration not measured yet.
+#: Weight, in measured values, of :data:`tuner.effects.EFFECT_PRIOR` in a parameter's
+#: spread of effects (the uncertainty of its values not measured yet). Small: two measured
+#: values that agree already say the knob is probably flat (on the reference space most
+#: NCCL knobs move the objective by under 1%, the layout and memory knobs by 10-70%).
+SPREAD_PRIOR_WEIGHT = 0.25
+#: The spread of a parameter's effects is never taken below one launch's noise (2%): a
+#: difference smaller than that was not resolved by the launches that measured it.
+SPREAD_FLOOR = estimates.NOISE_PRIOR
+#: Measured values of an ordered parameter whose line predicts a value not measured yet:
+#: three, so that one noisy launch among them bends the line without reversing it.
+TREND_POINTS = 3
+#: Proposals tried to find a configuration the rules accept and not measured yet.
 MAX_ATTEMPTS = 50
 
 
+@dataclass(frozen=True)
+class Move:
+    """One candidate single change of the incumbent and what the study expects of it."""
+
+    name: str
+    value: Any
+    #: Expected change of log(objective) and its standard deviation.
+    mean: float
+    sd: float
+
+    @property
+    def expected_improvement(self) -> float:
+        """E[max(0, gain)] for a normal gain (the classic expected improvement)."""
+        if self.sd <= 0:
+            return max(self.mean, 0.0)
+        z = self.mean / self.sd
+        pdf = math.exp(-0.5 * z * z) / math.sqrt(2 * math.pi)
+        cdf = 0.5 * (1 + math.erf(z / math.sqrt(2)))
+        return self.sd * pdf + self.mean * cdf
+
+
 class IncumbentLocalSampler(BaseSampler):
-    """TPE interleaved with one- or two-parameter moves from the best feasible trial."""
+    """TPE interleaved with single-parameter moves from the best feasible trial, ranked by
+    the additive model's expected improvement."""
 
     def __init__(
         self,
@@ -54,9 +107,12 @@ class IncumbentLocalSampler(BaseSampler):
         local_after: int | None = None,
         local_share: float | None = None,
         identity: Callable[[dict[str, Any]], str | None] | None = None,
+        distributions: Mapping[str, BaseDistribution] | None = None,
     ):
         """``identity`` maps a proposal to its canonical configuration (None when the launch
-        rules reject it), so local moves skip impossible and already measured settings."""
+        rules reject it), so moves and proposals skip impossible and already measured
+        settings; ``distributions`` (every parameter of the space) lets a TPE proposal be
+        drawn whole, checked and drawn again before the trial is handed out."""
         self._tpe = TPESampler(
             seed=seed, multivariate=True, group=True, constant_liar=True, n_startup_trials=10
         )
@@ -64,12 +120,13 @@ class IncumbentLocalSampler(BaseSampler):
         self._local_after = LOCAL_AFTER if local_after is None else local_after
         self._local_share = LOCAL_SHARE if local_share is None else local_share
         self._identity = identity
+        self._distributions = dict(distributions or {})
         self._plans: dict[int, dict[str, Any]] = {}
-        self._order: list[str] = []
         self._incumbent_number = -1
-        self._alternatives: dict[tuple[str, str], list[Any]] = {}
         self._tabu: set[tuple[str, str]] = set()
         self._changes: dict[int, tuple[str, Any]] = {}
+        #: Proposals redrawn because the rules rejected them (for the study's summary).
+        self.redrawn = 0
 
     def reseed_rng(self) -> None:
         self._tpe.reseed_rng()
@@ -88,29 +145,26 @@ class IncumbentLocalSampler(BaseSampler):
         done = study.get_trials(
             deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
         )
-        if len(done) < self._local_after or self._rng.random() >= self._local_share:
-            return
-        best = self._sticky_incumbent(done)
-        if best is None:
-            return
         seen = {self._key(t.params) for t in study.get_trials(deepcopy=False) if t.number != trial.number}
-        for _ in range(MAX_ATTEMPTS):
-            plan, change = self._move(best)
-            key = self._key(plan)
-            if key is not None and key not in seen:
-                self._plans[trial.number] = plan
-                if change is not None:
-                    self._changes[trial.number] = change
-                return
+        if len(done) >= self._local_after and self._rng.random() < self._local_share:
+            ev = estimates.evidence(done)
+            best = self._sticky_incumbent(ev)
+            if best is not None:
+                local = self._local_plan(best, ev.model, seen)
+                if local is not None:
+                    self._plans[trial.number], change = local
+                    if change is not None:
+                        self._changes[trial.number] = change
+                    return
+        self._tpe_plan(study, trial, seen)
 
-    def _sticky_incumbent(self, done: Sequence[FrozenTrial]) -> FrozenTrial | None:
+    def _sticky_incumbent(self, ev: estimates.Evidence) -> FrozenTrial | None:
         """The best configuration (see :mod:`tuner.estimates`), switching only for a gain
         larger than :data:`INCUMBENT_MARGIN`.
 
         Chasing a noise-level "improvement" would restart the neighbourhood walk around an
         equivalent configuration and waste trials re-trying the same moves.
         """
-        ev = estimates.evidence(done)
         best = ev.leader()
         if best is None:
             self._incumbent_number = -1
@@ -127,36 +181,64 @@ class IncumbentLocalSampler(BaseSampler):
             return repr(sorted(params.items(), key=lambda kv: kv[0]))
         return self._identity(params)
 
-    def _move(self, best: FrozenTrial) -> tuple[dict[str, Any], tuple[str, Any] | None]:
-        """The next untried single change of the incumbent, parameters in a shuffled round robin.
+    def _local_plan(
+        self, best: FrozenTrial, model: effects.Effects | None, seen: set[str | None]
+    ) -> tuple[dict[str, Any], tuple[str, Any] | None] | None:
+        """The incumbent with its most promising untried single change (see the module
+        docstring) and that change; a random two-parameter jump (no single change) once
+        every single change was tried."""
+        moves = sorted(
+            self._moves(best, model),
+            key=lambda m: (m.expected_improvement, self._rng.random()),
+            reverse=True,
+        )
+        for move in moves:
+            plan = {**best.params, move.name: move.value}
+            key = self._key(plan)
+            if key is not None and key not in seen:
+                return plan, (move.name, move.value)
+        for _ in range(MAX_ATTEMPTS):
+            plan = self._jump(best)
+            key = self._key(plan)
+            if key is not None and key not in seen:
+                return plan, None
+        return None
 
-        Categorical parameters try each other value in turn; stepped numbers try one and two
-        steps either way. A parameter's list of alternatives lasts while the incumbent keeps
-        its value (a new incumbent that differs elsewhere, often by noise, does not restart
-        the round). A value whose single-change trial was pruned is not tried again.
-        """
+    def _moves(self, best: FrozenTrial, model: effects.Effects | None) -> list[Move]:
+        """Every single change of the incumbent worth a launch, with its expected gain."""
+        out: list[Move] = []
+        for name, dist in best.distributions.items():
+            current = best.params[name]
+            spread = _spread(model, name)
+            for value in self._candidates(dist, current):
+                if (name, repr(value)) in self._tabu:
+                    continue
+                mean, sd = _expected_gain(model, dist, name, current, value, spread)
+                out.append(Move(name, value, mean, sd))
+        return out
+
+    def _candidates(self, dist: BaseDistribution, value: Any) -> list[Any]:
+        if isinstance(dist, CategoricalDistribution):
+            return [c for c in dist.choices if c != value]
+        if isinstance(dist, IntDistribution | FloatDistribution) and dist.step:
+            grid = round((dist.high - dist.low) / dist.step) + 1
+            steps = STEPS + ((LONG_STEP,) if grid > LONG_GRID else ())
+            out = []
+            for k in steps:
+                for sign in (1, -1):
+                    # Rounded before the range check: 0.92 + 2 * 0.01 is 0.9400000000000001.
+                    moved = type(value)(round(value + sign * k * dist.step, 10))
+                    if dist.low <= moved <= dist.high:
+                        out.append(moved)
+            return out
+        return [self._neighbour(dist, value)]
+
+    def _jump(self, best: FrozenTrial) -> dict[str, Any]:
         names = list(best.distributions)
-        for _ in range(2 * len(names)):
-            if not self._order:
-                self._order = [str(x) for x in self._rng.permutation(names)]
-            name = self._order.pop()
-            if name not in best.distributions:
-                continue
-            slot = (name, repr(best.params[name]))
-            queue = self._alternatives.get(slot)
-            if queue is None:
-                queue = self._alternatives[slot] = self._candidates(
-                    best.distributions[name], best.params[name]
-                )
-            while queue:
-                value = queue.pop(0)
-                if (name, repr(value)) not in self._tabu:
-                    return {**best.params, name: value}, (name, value)
-        # Every single change was tried: a random two-parameter jump.
         plan = dict(best.params)
         for name in self._rng.choice(names, size=min(2, len(names)), replace=False):
             plan[name] = self._neighbour(best.distributions[name], plan[name])
-        return plan, None
+        return plan
 
     def _neighbour(self, dist: BaseDistribution, value: Any) -> Any:
         """A random nearby value: another category, a few steps, or a 10%-of-range jump."""
@@ -173,18 +255,23 @@ class IncumbentLocalSampler(BaseSampler):
             return round(moved) if isinstance(dist, IntDistribution) else float(moved)
         return value
 
-    def _candidates(self, dist: BaseDistribution, value: Any) -> list[Any]:
-        if isinstance(dist, CategoricalDistribution):
-            others = [c for c in dist.choices if c != value]
-            return [others[i] for i in self._rng.permutation(len(others))]
-        if isinstance(dist, IntDistribution | FloatDistribution) and dist.step:
-            out = []
-            for k in (2, -2, 1, -1):  # coarse first: one step is often within noise
-                moved = value + k * dist.step
-                if dist.low <= moved <= dist.high:
-                    out.append(type(value)(round(moved, 10)))
-            return out
-        return [self._neighbour(dist, value)]
+    def _tpe_plan(self, study: optuna.Study, trial: FrozenTrial, seen: set[str | None]) -> None:
+        """Draw TPE's proposal whole before the trial asks for it, and draw again while the
+        rules reject it or it was measured already; after :data:`MAX_ATTEMPTS` the last
+        draw stands (the study records the rejection, which TPE then learns from)."""
+        if self._identity is None or not self._distributions:
+            return
+        for _ in range(MAX_ATTEMPTS):
+            relative_space = self._tpe.infer_relative_search_space(study, trial)
+            plan = dict(self._tpe.sample_relative(study, trial, relative_space))
+            for name, dist in self._distributions.items():
+                if name not in plan:
+                    plan[name] = self._tpe.sample_independent(study, trial, name, dist)
+            self._plans[trial.number] = plan
+            key = self._key(plan)
+            if key is not None and key not in seen:
+                return
+            self.redrawn += 1
 
     # --- BaseSampler ------------------------------------------------------------------------
     def infer_relative_search_space(
@@ -227,3 +314,72 @@ class IncumbentLocalSampler(BaseSampler):
             # of the configuration (memory, layout), so those values stay candidates.
             self._tabu.add((change[0], repr(change[1])))
         self._tpe.after_trial(study, trial, state, values)
+
+
+# --- what the study expects of a change ------------------------------------------------------
+def _spread(model: effects.Effects | None, name: str) -> float:
+    """The standard deviation of a parameter's measured effects (how much its values
+    differ), shrunk towards the prior by :data:`SPREAD_PRIOR_WEIGHT`: the uncertainty of
+    a value of it not measured yet."""
+    prior = effects.EFFECT_PRIOR
+    if model is None:
+        return prior
+    means = [model.effect(name, v) for v in model.values(name)]
+    if len(means) < 2:
+        return prior
+    centre = sum(means) / len(means)
+    ss = sum((m - centre) ** 2 for m in means)
+    spread = math.sqrt((ss + SPREAD_PRIOR_WEIGHT * prior**2) / (len(means) - 1 + SPREAD_PRIOR_WEIGHT))
+    return max(spread, SPREAD_FLOOR)
+
+
+def _order(dist: BaseDistribution) -> list[Any] | None:
+    """The values of an ordered parameter (a number, or a categorical of numbers), lowest
+    first; None for an unordered one. A categorical's ``null`` (the engine's default) is
+    outside the order."""
+    if isinstance(dist, IntDistribution | FloatDistribution):
+        return None  # positions are computed from the value itself
+    if not isinstance(dist, CategoricalDistribution):
+        return None
+    numbers = [c for c in dist.choices if c is not None]
+    if not numbers or not all(isinstance(c, int | float) and not isinstance(c, bool) for c in numbers):
+        return None
+    return sorted(numbers)
+
+
+def _position(dist: BaseDistribution, value: Any) -> float | None:
+    """Where ``value`` sits on an ordered parameter's axis (in steps or choices)."""
+    if value is None or isinstance(value, bool):
+        return None
+    if isinstance(dist, IntDistribution | FloatDistribution):
+        step = dist.step or (dist.high - dist.low) / 10 or 1.0
+        return (float(value) - dist.low) / step
+    order = _order(dist)
+    if order is None or value not in order:
+        return None
+    return float(order.index(value))
+
+
+def _expected_gain(
+    model: effects.Effects | None, dist: BaseDistribution, name: str, current: Any, value: Any, spread: float
+) -> tuple[float, float]:
+    """Mean and standard deviation of the change in log(objective) from ``current`` to
+    ``value``: the pooled effect where ``value`` was measured; else, on an ordered axis, the
+    line through the :data:`TREND_POINTS` measured values nearest to ``value`` (a trend
+    seen over several values outweighs one noisy launch), else 0; with the parameter's
+    ``spread``."""
+    if model is None:
+        return 0.0, spread
+    measured = {repr(v): v for v in model.values(name)}
+    if repr(value) in measured and repr(current) in measured:
+        return model.gain(name, current, value)
+    there = _position(dist, value)
+    if there is None or repr(current) not in measured:
+        return 0.0, spread
+    points = [(p, model.effect(name, v)) for v in measured.values() if (p := _position(dist, v)) is not None]
+    points = sorted(points, key=lambda pe: abs(pe[0] - there))[:TREND_POINTS]
+    if len({p for p, _ in points}) < 2:
+        return 0.0, spread
+    xs, ys = np.array([p for p, _ in points]), np.array([e for _, e in points])
+    slope, intercept = np.polyfit(xs, ys, 1)
+    return float(slope * there + intercept) - model.effect(name, current), spread

@@ -153,11 +153,36 @@ def source_word(backend: Mapping[str, Any] | None, fallback: str | None = None) 
     return str(backend.get("kind") or "unknown")
 
 
-def is_simulated(backend: Mapping[str, Any] | None, fallback: str | None = None) -> bool:
-    """Whether the study's numbers come from the performance model (simulated or emulated)."""
-    if backend:
-        return backend.get("kind") in ("simulated", "emulated")
-    return fallback == "sim"
+def duration_text(seconds: float) -> str:
+    """Server time as a person reads it: seconds or minutes when short, hours otherwise."""
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 2 * 3600:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def server_time(
+    seconds: float, backend: Mapping[str, Any] | None, fallback: str | None = None
+) -> tuple[str, str]:
+    """What the study's servers ran, as (label, value): ``("simulated server time", "28 min")``,
+    ``("server time", "7 s (emulator at 20x: ~2 min on the modelled host)")`` or
+    ``("server time", "3.1 h")``; an emulator's time is also given on the host it models."""
+    if (backend or {}).get("kind") == "simulated" or (not backend and fallback == "sim"):
+        return "simulated server time", duration_text(seconds)
+    k = speedup(backend)
+    if k is not None and k != 1:
+        modelled = duration_text(seconds * k)
+        return (
+            "server time",
+            f"{duration_text(seconds)} (emulator at {k:g}x: ~{modelled} on the modelled host)",
+        )
+    return "server time", duration_text(seconds)
+
+
+def server_time_text(seconds: float, backend: Mapping[str, Any] | None, fallback: str | None = None) -> str:
+    """:func:`server_time` as one phrase: ``simulated server time 28 min``."""
+    return " ".join(server_time(seconds, backend, fallback))
 
 
 def statement_lines(

@@ -26,7 +26,7 @@ import optuna
 from loguru import logger
 from optuna.trial import FrozenTrial, TrialState
 
-from tuner import budget, effects, estimates, fidelity, ownership, resolution, trial_record
+from tuner import budget, effects, estimates, fidelity, ownership, resolution, start_points, trial_record
 from tuner.budget import StudyStopped
 from tuner.coordination import BudgetGate, Heartbeat
 from tuner.failures import SETUP_CLASSES, LaunchFailure
@@ -110,8 +110,12 @@ class Search:
         self.storage_url = storage
         self.warm_start = warm_start
         self.extra_start = list(extra_start or [])
+        #: Start configurations the budget left out (label, parameters): see run().
+        self.start_not_run: list[tuple[str, dict[str, Any]]] = []
         self.study_name = study_name
-        sampler = IncumbentLocalSampler(seed=seed, identity=self._identity)
+        sampler = IncumbentLocalSampler(
+            seed=seed, identity=self._identity, distributions=space.distributions()
+        )
         self.storage = open_storage(storage)
         self.gate = BudgetGate(self.storage, storage, study_name)
         with self.gate.hold():  # workers starting at once create the study once
@@ -172,9 +176,7 @@ class Search:
         (their configurations are queued again) and re-raises.
         """
         if self.warm_start:
-            # The space's known-good configurations go first (once per study).
-            for point in [*self.space.start_points(), *self.extra_start]:
-                self.study.enqueue_trial(point, skip_if_exists=True)
+            self._enqueue_start_points()
         if workers <= 1:
             self._worker()
             return self.study
@@ -203,6 +205,42 @@ class Search:
         if errors:
             raise errors[0]
         return self.study
+
+    def start_points(self) -> list[dict[str, Any]]:
+        """The space's ``start:`` list; where it has none, the engine's defaults per layout
+        (:mod:`tuner.start_points`) for a study with nothing measured or queued yet."""
+        listed = self.space.start_points()
+        if listed or self.extra_start or self.study.get_trials(deepcopy=False):
+            return listed
+        return start_points.defaults(self.space, self.budget)
+
+    def _enqueue_start_points(self) -> None:
+        """Queue the space's known-good configurations first (then ``extra_start``), once per
+        study and only as many as the budget can run: what the budget leaves after the trials
+        counted or queued already and the final window (:meth:`final_window`, kept for the
+        confirmations). A queued point the budget cannot reach would stay WAITING in the
+        study after the run; the points left out are in :attr:`start_not_run`, and a rerun
+        with a larger budget queues them."""
+        listed = bool(self.space.start_points())
+        kind = "start point" if listed else "engine default"
+        points = [(f"{kind} {i}", p) for i, p in enumerate(self.start_points(), 1)]
+        points += [(f"simulator's pick {i}", p) for i, p in enumerate(self.extra_start, 1)]
+        self.start_not_run = []
+        with self.gate.hold():  # workers and processes starting at once queue each point once
+            trials = self.study.get_trials(deepcopy=False)
+            waiting = sum(1 for t in trials if t.state == TrialState.WAITING)
+            reserved = self.final_window() if self.confirm else 0
+            room = self.budget - budget.counted(trials) - waiting - reserved
+            seen = [t.system_attrs.get("fixed_params", t.params) for t in trials]
+            for label, point in points:
+                if point in seen:  # run, running or queued already (an earlier run of the study)
+                    continue
+                seen.append(point)
+                if room <= 0:
+                    self.start_not_run.append((label, point))
+                    continue
+                self.study.enqueue_trial(point, skip_if_exists=True)
+                room -= 1
 
     def _worker(self) -> None:
         while not self._stop.is_set():
@@ -261,10 +299,20 @@ class Search:
                 raise
             else:
                 frozen = self.study.tell(trial, value)
+        self._note_redrawn()
         if self.on_trial and frozen is not None:
             self.on_trial(self.study, frozen)
         if frozen is not None:
             self._after_launch(frozen)
+
+    def _note_redrawn(self) -> None:
+        """Add the proposals the sampler redrew since the last trial to the study's count."""
+        sampler = self.study.sampler
+        if not isinstance(sampler, IncumbentLocalSampler) or not sampler.redrawn:
+            return
+        drawn, sampler.redrawn = sampler.redrawn, 0
+        total = int(self.study.user_attrs.get(trial_record.STUDY_REDRAWN, 0) or 0) + drawn
+        self.study.set_user_attr(trial_record.STUDY_REDRAWN, total)
 
     def _after_launch(self, frozen: FrozenTrial) -> None:
         """Queue again a configuration whose launch failed for the host's reasons, and stop
@@ -310,10 +358,13 @@ class Search:
         A study that screens on a proxy measures its leader on the target workload first
         when no launch of it has been (the recommendation rests on the target), and every
         trial queued here is measured on the target.
+
+        Before all of that, anywhere in the budget: a launch flagged as an outlier is
+        measured again (:meth:`_queue_outlier_check`).
         """
-        if counted < self.budget - self.final_window():
-            return
         trials = self.study.get_trials(deepcopy=False)
+        if self._queue_outlier_check(trials) or counted < self.budget - self.final_window():
+            return
         if any(t.state == TrialState.WAITING for t in trials):
             return
         ev = estimates.evidence(trials)
@@ -338,10 +389,11 @@ class Search:
     def _check_outlier(self, trial: optuna.Trial, value: float | tuple[float, float]) -> None:
         """Flag the launch just measured when it is an outlier against the study's noise
         model (:func:`tuner.estimates.outlier`: it would change the recommendation, far
-        from what the study expects of it), and queue its configuration to be measured
-        again before anything else. Until then ``tuner best`` prefers any unflagged
-        configuration; the re-measurement keeps or drops the flagged launch."""
-        if self.objective.multi or not isinstance(value, float):
+        from what the study expects of it). Its configuration is measured again by the
+        next trial (:meth:`_queue_outlier_check`); until then ``tuner best`` prefers any
+        unflagged configuration, and the re-measurement keeps or drops the flagged launch.
+        Part of settling the recommendation: not in a study that does not confirm."""
+        if not self.confirm or not isinstance(value, float):
             return
         trials = self.study.get_trials(deepcopy=False)
         running = next(t for t in trials if t.number == trial.number)
@@ -363,9 +415,28 @@ class Search:
             f"~{found['expected']:.0f} ({found['z']:+.1f} standard deviations): an outlier, measured "
             "again before it counts"
         )
-        self.study.enqueue_trial(
-            dict(trial.params), user_attrs=queued_outlier_check(trial.number, trial_record.fidelity(launch))
-        )
+
+    def _queue_outlier_check(self, trials: Sequence[FrozenTrial]) -> bool:
+        """Queue a re-measurement of each flagged launch still awaiting one (none queued or
+        running), on what it was measured on; :func:`tuner.budget.ask` runs it before
+        anything else. True when one is queued or waiting."""
+        checking = {
+            t.user_attrs.get(trial_record.OUTLIER_CHECK)
+            for t in trials
+            if t.state in (TrialState.WAITING, TrialState.RUNNING)
+        }
+        queued = False
+        for number, said in estimates.outlier_verdicts(trials).items():
+            if said != estimates.PENDING:
+                continue
+            queued = True
+            if number not in checking:
+                flagged = next(t for t in trials if t.number == number)
+                self.study.enqueue_trial(
+                    dict(flagged.params),
+                    user_attrs=queued_outlier_check(number, trial_record.fidelity(flagged)),
+                )
+        return queued
 
     def _model_pick(
         self, trials: Sequence[FrozenTrial], leader: estimates.Estimate, fitted: effects.Effects

@@ -96,6 +96,9 @@ STUDY_WORKLOAD = "workload"
 STUDY_PROXY = "proxy"
 #: Where the study's numbers come from (simulated, emulated, real; see tuner.statement).
 STUDY_BACKEND = "measured_on"
+#: Proposals the sampler drew again because the engine's rules or the space's constraints
+#: rejected them (never trials, never launched): a count over the study's runs.
+STUDY_REDRAWN = "redrawn_proposals"
 #: The space's systemd unit settings, with the interpreter (``python``).
 STUDY_UNIT = "unit"
 
@@ -282,6 +285,8 @@ class StudyInfo:
     unit: dict[str, Any]
     #: Where the numbers come from (:func:`tuner.statement.backend_of`); None in older studies.
     backend: dict[str, Any] | None = None
+    #: Proposals redrawn because the rules rejected them (:data:`STUDY_REDRAWN`).
+    redrawn: int = 0
 
     @classmethod
     def of(cls, attrs: Mapping[str, Any]) -> StudyInfo:
@@ -295,6 +300,7 @@ class StudyInfo:
             proxy=attrs.get(STUDY_PROXY),
             unit=dict(attrs.get(STUDY_UNIT, {}) or {}),
             backend=attrs.get(STUDY_BACKEND),
+            redrawn=int(attrs.get(STUDY_REDRAWN, 0) or 0),
         )
 
 

@@ -94,7 +94,7 @@ class Verdict:
         for number, value in self.pending:
             out.append(
                 f"trial #{number}: {value:.0f} {unit}, an outlier against the study's noise model: "
-                "re-measuring before it can be recommended"
+                "re-measuring (the study's next trial) before it can be recommended"
             )
         lat = self.latency()
         if lat:

@@ -6,7 +6,9 @@ import argparse
 import shlex
 import sys
 import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
@@ -33,12 +35,13 @@ from tuner.settings import Settings
 from tuner.settings import load as load_settings
 from tuner.sim.serving import DEFAULT_NOISE
 from tuner.space import DEFAULT_SPACE, Space, load_space, resolve_space
-from tuner.statement import backend_of, speedup, statement_lines
+from tuner.statement import backend_of, server_time_text, speedup, statement_lines
 from tuner.storage import STUDIES_DIR, check_study_name, default_storage_url, disk_full, redact_url
 from tuner.study import Search, default_study_name
 from tuner.transports.ssh import SshTransport
 from tuner.trial_record import StudyInfo
 from tuner.verdict import verdict
+from tuner.wording import params_text
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -349,7 +352,14 @@ def run(args: argparse.Namespace) -> int:
         )
     finally:
         progress.close()
-    summary(search.study, objective, time.monotonic() - started, study_name, args.storage)
+    summary(
+        search.study,
+        objective,
+        time.monotonic() - started,
+        study_name,
+        args.storage,
+        start_not_run=search.start_not_run,
+    )
     if annotator is not None:
         annotate_study(search.study, default_artifact_dir(storage, study_name))
     if stopped is not None:
@@ -371,20 +381,17 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _hours(seconds: float) -> str:
-    """Server time as a person reads it: seconds or minutes when short, hours otherwise."""
-    if seconds < 120:
-        return f"{seconds:.0f} s"
-    if seconds < 2 * 3600:
-        return f"{seconds / 60:.0f} min"
-    return f"{seconds / 3600:.1f} h"
-
-
 def summary(
-    study: optuna.Study, objective: Objective, elapsed: float, study_name: str, storage: str | None
+    study: optuna.Study,
+    objective: Objective,
+    elapsed: float,
+    study_name: str,
+    storage: str | None,
+    start_not_run: Sequence[tuple[str, Mapping[str, Any]]] = (),
 ) -> None:
-    """The closing lines: trial counts by outcome, server time, what was measured on what,
-    the best with its confidence, and where its unit is."""
+    """The closing lines: trial counts by outcome, server time, the start configurations the
+    budget left out, what was measured on what, the best with its confidence, and where its
+    unit is."""
     info = StudyInfo.of(study.user_attrs)
     trials = study.get_trials(deepcopy=False)
     finished = [t for t in trials if t.state.is_finished()]
@@ -398,22 +405,29 @@ def summary(
         tally = counts if budget.has_verdict(t) else others
         tally[o] = tally.get(o, 0) + 1
     server_s = sum(trial_record.server_s(t) for t in finished)
-    k = speedup(info.backend)
-    if info.backend and info.backend.get("kind") == "simulated":
-        server = f"simulated server time {_hours(server_s)}"
-    elif k is not None and k != 1:
-        modelled = _hours(server_s * k)
-        server = f"server time {_hours(server_s)} (emulator at {k:g}x: ~{modelled} on the modelled host)"
-    else:
-        server = f"server time {_hours(server_s)}"
+    server = server_time_text(server_s, info.backend)
     aside = "; not counted: " + ", ".join(f"{v} {k}" for k, v in sorted(others.items())) if others else ""
     outcomes = ", ".join(f"{v} {k}" for k, v in sorted(counts.items()))
     print(f"\n{sum(counts.values())} trials ({outcomes}){aside}; {server}; this run {elapsed:.1f} s")
+    refused = info.redrawn + others.get("refused before launch", 0)
+    if refused:
+        proposals = info.redrawn + len(finished)
+        print(
+            f"  rule-refused proposals: {refused} of {proposals} ({refused / proposals:.0%}); "
+            "none launched a server or used the budget"
+        )
     queued = sum(1 for t in trials if t.state == TrialState.WAITING)
     if queued:
         print(
             f"({queued} queued configuration(s) not run: the budget ended first; a larger --budget runs them)"
         )
+    if start_not_run:
+        print(
+            f"{len(start_not_run)} start configuration(s) not run: the budget ended first "
+            "(the same command with a larger --budget runs them):"
+        )
+        for label, point in start_not_run:
+            print(f"  {label}: {params_text({k: v for k, v in point.items() if v is not None})}")
     for line in statement_lines(info.workload, info.backend, proxy=info.proxy):
         print(f"  {line}")
     found = verdict(study)

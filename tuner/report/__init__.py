@@ -13,16 +13,18 @@ state, see :mod:`tuner.trial_record`):
 * optimization history: the objective per trial, the best so far, pruned trials at the
   objective they had measured when cut (or at zero when cut before it), refused/failed
   trials at zero;
-* parameter importances (PED-ANOVA, Optuna's default evaluator: deterministic, and it
-  handles the conditional parameters of a space; the seeded fANOVA evaluator needs
-  scikit-learn) over the measured feasible configurations and the pruned trials (by
-  what they measured), or a sentence saying why there are too few;
+* parameter importances over the measured feasible configurations and the pruned trials
+  (by what they measured), two ways: each parameter's share of the variance of log(tok/s)
+  in an additive model of the study (a fANOVA of main effects: the settings that cut
+  throughput several-fold rank high), and PED-ANOVA's importance for reaching the top 10%
+  (what separates the best); or a sentence saying why there are too few;
 * intermediate values: one panel (and axis) per level, and where pruning cut;
 * single-stream versus peak (the Pareto front), labelled by layout, which is where the
   TP-versus-EP trade-off shows: TP layouts win at one stream, EP layouts at peak;
-* tok/s against concurrency for the top five configurations (a simulated study: each
-  swept by the simulator over the reference levels, so it is a curve), and TTFT p99 / ITL
-  p50 against concurrency;
+* tok/s, TTFT p99 and ITL p50 against concurrency for the top five configurations: the
+  finalists' measurements of every level of the target workload, averaged over their
+  launches, then the best of the others at their screening levels (a simulated study adds
+  the simulator's noise-free sweep of each, dotted);
 * failures by class, with counts and reasons.
 
 ``render_markdown`` gives the tables alone, for a pull request or a chat.
@@ -32,7 +34,15 @@ from __future__ import annotations
 
 import optuna
 
-from tuner.report.data import FIGURES, ReportData, failure_rows, importances, layout_label, pareto_front
+from tuner.report.data import (
+    FIGURES,
+    Importances,
+    ReportData,
+    failure_rows,
+    importances,
+    layout_label,
+    pareto_front,
+)
 from tuner.report.page import render_html
 from tuner.report.tables import render_markdown
 
@@ -49,6 +59,7 @@ def build_report(study: optuna.Study, fmt: str = "html") -> str:
 
 __all__ = [
     "FIGURES",
+    "Importances",
     "ReportData",
     "build_report",
     "failure_rows",

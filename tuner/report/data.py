@@ -11,10 +11,11 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+import numpy as np
 import optuna
 
 from tuner import estimates, trial_record
-from tuner.estimates import Estimate
+from tuner.estimates import NOISE_PRIOR, Estimate
 from tuner.trial_record import StudyInfo, TrialRecord
 from tuner.verdict import Verdict, verdict
 from tuner.wording import fmt_value
@@ -24,18 +25,57 @@ TOP_N = 10
 CURVES_N = 5
 #: Fewer measured configurations than this: no importance figure (the ranking is noise).
 MIN_IMPORTANCE_CONFIGS = 4
+#: The best fraction of the points that PED-ANOVA asks "what sets these apart" about
+#: (Optuna's default ``target_quantile``).
+TOP_QUANTILE = 0.1
+#: A numeric parameter with more distinct values than this is grouped into this many
+#: equal-count bins for the additive model of the importances: a value seen once would soak
+#: up that launch's noise and look important.
+MAX_VALUE_GROUPS = 8
 #: Objects of the report's figures, in page order: (id, title).
 FIGURES = (
     ("history", "Optimization history"),
     ("importance", "Parameter importances"),
+    ("pair", "The two most important parameters"),
     ("intermediate", "Intermediate values (per level) and where pruning cut"),
     ("pareto", "Single-stream vs peak: the Pareto front"),
     ("curves", "Throughput vs concurrency, top configurations"),
     ("latency", "Latency vs concurrency: TTFT and ITL, top configurations"),
 )
-#: Levels of the throughput and latency curves of a simulated study's top configurations
-#: (the reference campaign's sweep, plus the study's own levels).
+#: Levels of the simulator's noise-free sweep drawn beside a simulated study's measured
+#: curves (the reference campaign's sweep, plus the study's own levels).
 CURVE_LEVELS = (1, 8, 16, 32, 64, 128, 192, 256)
+#: Metrics of a level that a configuration's curve averages over its target launches (what
+#: the throughput and latency figures draw).
+CURVE_METRICS = ("output_tok_s", "ttft_s_p50", "ttft_s_p99", "itl_ms_p50", "itl_ms_p99")
+
+
+@dataclass
+class Curve:
+    """What the throughput and latency figures draw for one top configuration: its
+    measurements of every level of the target workload (the finalists' launches, see
+    :data:`tuner.trial_record.FIDELITY`), averaged per level over its launches; or, for a
+    configuration no launch measured on the whole target yet, its screening levels only."""
+
+    #: The configuration's representative trial (its best record, as in the top table).
+    trial: TrialRecord
+    #: Per level, lowest concurrency first: ``concurrency``, the mean of each of
+    #: :data:`CURVE_METRICS` over the launches (None where none reported it), and the
+    #: lowest and highest ``output_tok_s`` of the launches (``tok_s_min``, ``tok_s_max``).
+    levels: list[dict[str, Any]]
+    #: The trials whose measurements these are.
+    launches: tuple[int, ...]
+    #: True: measured on the whole target workload; False: the screening levels only.
+    target: bool
+    #: The simulator's noise-free sweep over :data:`CURVE_LEVELS` (simulated studies only).
+    simulated: list[dict[str, Any]] | None = None
+
+    def measured_on(self) -> str:
+        """``target launches #30, #38`` / ``screening levels only``: what the curve rests on."""
+        if not self.target:
+            return "screening levels only"
+        s = "es" if len(self.launches) > 1 else ""
+        return f"target launch{s} " + ", ".join(f"#{n}" for n in self.launches)
 
 
 # --------------------------------------------------------------------------- the data
@@ -102,12 +142,15 @@ class ReportData:
     info: StudyInfo | None = None
     #: The winner and how sure that is (see tuner.verdict).
     verdict: Verdict | None = None
-    #: Simulated sweeps over :data:`CURVE_LEVELS` of the top configurations, by trial number
-    #: (simulated studies only: a real study's curve is what it measured).
-    curves: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
+    #: The top configurations' throughput and latency against concurrency (see :func:`curves`).
+    curves: list[Curve] = field(default_factory=list)
+    #: The study's relative run-to-run noise (:func:`tuner.estimates.noise`).
+    noise: float = NOISE_PRIOR
 
     @classmethod
-    def of(cls, study: optuna.Study) -> ReportData:
+    def of(cls, study: optuna.Study, *, with_curves: bool = True) -> ReportData:
+        """The study read once; ``with_curves=False`` leaves :attr:`curves` empty (a reader
+        that draws none: no simulator sweep)."""
         frozen = study.get_trials(deepcopy=False)
         trials = [TrialRecord.of(t) for t in frozen]
         info = StudyInfo.of(study.user_attrs)
@@ -127,8 +170,10 @@ class ReportData:
             estimates={e.key: e for e in ev.estimates},
             info=info,
             verdict=verdict(study),
+            noise=ev.noise,
         )
-        data.curves = simulated_curves(data)
+        if with_curves:
+            data.curves = curves(data)
         return data
 
     def launches(self, t: TrialRecord) -> Estimate | None:
@@ -177,13 +222,65 @@ def differences_text(t: TrialRecord, winner: TrialRecord | None) -> str:
     return ", ".join(f"{k}={fmt_value(v)} (winner {fmt_value(w)})" for k, v, w in diffs)
 
 
-def simulated_curves(data: ReportData, n: int = CURVES_N) -> dict[int, list[dict[str, Any]]]:
-    """The top ``n`` configurations of a simulated study swept by the simulator over
-    :data:`CURVE_LEVELS` (noise off), so the throughput and latency figures show curves, not
-    a line between the few levels the search measured. Empty for other studies."""
+def mean_levels(launches: Sequence[TrialRecord]) -> list[dict[str, Any]]:
+    """The levels of ``launches`` (measurements of one configuration) averaged per
+    concurrency: each of :data:`CURVE_METRICS` (None where no launch reported it), and the
+    range of ``output_tok_s`` (``tok_s_min``, ``tok_s_max``). Lowest concurrency first."""
+    by_c: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    for t in launches:
+        for lv in t.levels:
+            by_c[int(lv["concurrency"])].append(lv)
+    out = []
+    for c in sorted(by_c):
+        row: dict[str, Any] = {"concurrency": c}
+        for key in CURVE_METRICS:
+            vals = [float(lv[key]) for lv in by_c[c] if lv.get(key) is not None]
+            row[key] = sum(vals) / len(vals) if vals else None
+        tok = [float(lv["output_tok_s"]) for lv in by_c[c]]
+        row["tok_s_min"], row["tok_s_max"] = min(tok), max(tok)
+        out.append(row)
+    return out
+
+
+def target_launches(trials: Sequence[TrialRecord]) -> dict[str, list[TrialRecord]]:
+    """Each configuration's launches that measured the whole target workload (its own
+    server ran every level: copies and cut trials left out), by config_key."""
+    out: dict[str, list[TrialRecord]] = defaultdict(list)
+    for t in trials:
+        if t.fidelity == "target" and t.measured:
+            out[str(t.number if t.config_key is None else t.config_key)].append(t)
+    return dict(out)
+
+
+def curves(data: ReportData, n: int = CURVES_N) -> list[Curve]:
+    """The top ``n`` configurations for the throughput and latency figures: first those
+    measured on the whole target workload (the finalists, best estimate first), each
+    averaged over its target launches; then, while there is room, the best of the others
+    at the levels they were screened on. Measurements only: a simulated study adds the
+    simulator's noise-free sweep of each (:func:`simulated_sweep`); nothing else calls a
+    simulator."""
+    full = target_launches(data.trials)
+    finalists: list[Curve] = []
+    screened: list[Curve] = []
+    for t in data.configs():
+        launches = full.get(str(t.number if t.config_key is None else t.config_key))
+        if launches:
+            finalists.append(Curve(t, mean_levels(launches), tuple(x.number for x in launches), True))
+        elif t.levels:
+            screened.append(Curve(t, mean_levels([t]), (t.number,), False))
+    out = (finalists + screened)[:n]
+    for c in out:
+        c.simulated = simulated_sweep(data, c.trial)
+    return out
+
+
+def simulated_sweep(data: ReportData, t: TrialRecord) -> list[dict[str, Any]] | None:
+    """``t``'s configuration swept by the simulator over :data:`CURVE_LEVELS` (noise off)
+    where the study is simulated, so the figures show the curve between the levels the
+    search measured. None for any other study (its numbers are measurements)."""
     backend = data.info.backend if data.info is not None else None
     if not backend or backend.get("kind") != "simulated" or not backend.get("hardware_id"):
-        return {}
+        return None
     from tuner.deployment import launch_spec
     from tuner.measurers import SimMeasurer
     from tuner.objectives import Objective
@@ -193,51 +290,52 @@ def simulated_curves(data: ReportData, n: int = CURVES_N) -> dict[int, list[dict
         base = Workload(**(data.info.workload or {}))  # type: ignore[union-attr]
         workload = base.model_copy(update={"levels": tuple(sorted({*CURVE_LEVELS, *base.levels}))})
         sim = SimMeasurer(backend["hardware_id"], backend["model_id"], noise=0.0, startup_s=0.0)
+        m = sim.measure(
+            launch_spec(t, data.info),  # type: ignore[arg-type]
+            workload,
+            Objective(),
+            trial_label="report",
+            seed=0,
+            on_level=lambda *a: True,
+        )
     except Exception:  # an edited profile or workload: the measured points remain
-        return {}
-    out: dict[int, list[dict[str, Any]]] = {}
-    for t in data.configs()[:n]:
-        try:
-            m = sim.measure(
-                launch_spec(t, data.info),  # type: ignore[arg-type]
-                workload,
-                Objective(),
-                trial_label="report",
-                seed=0,
-                on_level=lambda *a: True,
-            )
-        except Exception:
-            continue
-        if m.status == "ok":
-            out[t.number] = [lv.model_dump() for lv in m.levels]
-    return out
+        return None
+    return [lv.model_dump() for lv in m.levels] if m.status == "ok" else None
 
 
-def importances(data: ReportData) -> tuple[dict[str, float], str]:
-    """Parameter importances over the measured feasible configurations and the pruned
-    trials (by what they measured: their partial value, a lower bound of the objective,
-    or, where they were cut before the objective's levels, the lowest measured value scaled
-    by their single stream's ratio to the median), and a sentence on what they are based on (or why there
-    are none). Leaving pruned trials out would hide the settings that cripple a server."""
+@dataclass
+class Importances:
+    """How much each parameter matters, two ways, over the same points (see :func:`importances`).
+
+    ``variance``: the share of the variance of log(objective) over the points that each
+    parameter's values explain in an additive model of the study (:mod:`tuner.effects`, a
+    fANOVA of main effects): a setting that cuts throughput 4-8x (expert load balancing,
+    CUDA graphs off) ranks high even when few trials tried it. ``top``: PED-ANOVA's
+    importance for reaching the best :data:`TOP_QUANTILE` of the points (Optuna's default
+    evaluator): what separates the best configurations from the merely good. Each sums to
+    1; empty when there were too few points (``note`` says why).
+    """
+
+    variance: dict[str, float]
+    top: dict[str, float]
+    note: str
+
+    def ranked(self) -> list[str]:
+        """Parameter names, most important first (by :attr:`variance`)."""
+        return list(self.variance)
+
+
+def importance_points(data: ReportData) -> tuple[list[tuple[TrialRecord, float]], int]:
+    """``(trial, value)`` of each measured feasible configuration (its estimate) and each
+    pruned trial, by what it measured (its partial value, a lower bound of the objective,
+    or, cut before the objective's levels, the lowest measured value scaled by its single
+    stream's ratio to the median); and how many of them are pruned trials."""
     configs = data.configs()
-    if len(configs) < MIN_IMPORTANCE_CONFIGS:
-        return {}, (
-            f"Not enough measured configurations for parameter importances: {len(configs)} "
-            f"(at least {MIN_IMPORTANCE_CONFIGS} needed)."
-        )
-    study = optuna.create_study(direction="maximize")
-    measured = [t.final_value for t in configs if t.final_value is not None and math.isfinite(t.final_value)]
-    floor = min(measured, default=0.0)
-    pruned = 0
-    for t in configs:
-        value = t.final_value
-        if value is None or not math.isfinite(value):
-            continue
-        study.add_trial(
-            optuna.trial.create_trial(params=t.params, distributions=t.distributions, value=value)
-        )
+    points = [(t, data.config_value(t)) for t in configs]
+    floor = min((v for _, v in points if math.isfinite(v) and v > 0), default=0.0)
     singles = sorted(t.single for t in configs if t.single)
     median_single = singles[len(singles) // 2] if singles else None
+    pruned = 0
     for t in data.trials:
         if t.outcome != "pruned" or t.reused_from is not None or not t.distributions:
             continue
@@ -245,28 +343,129 @@ def importances(data: ReportData) -> tuple[dict[str, float], str]:
         if partial is not None:
             value = float(partial)
         elif t.single and median_single:
-            # Cut before the objective's levels: the lowest measured value, scaled by how far
-            # its single stream fell below the measured configurations' median.
             value = floor * min(1.0, t.single / median_single)
         else:
             continue
-        trial = optuna.trial.create_trial(params=t.params, distributions=t.distributions, value=value)
-        study.add_trial(trial)
+        points.append((t, value))
         pruned += 1
+    return [(t, v) for t, v in points if math.isfinite(v) and v > 0], pruned
+
+
+def value_labels(points: Sequence[tuple[TrialRecord, float]]) -> dict[str, dict[Any, str]]:
+    """For each numeric parameter with more than :data:`MAX_VALUE_GROUPS` distinct values
+    among ``points``: each value's group, as a person reads it (``0.8..0.82``), the groups
+    of about equal counts. A value seen once would soak up that launch's noise and look
+    important; a heatmap of fifteen columns reads worse than one of eight."""
+    values: dict[str, list[Any]] = defaultdict(list)
+    for t, _ in points:
+        for k, v in t.params.items():
+            if v is not None:
+                values[k].append(v)
+    out: dict[str, dict[Any, str]] = {}
+    for k, vs in values.items():
+        distinct = set(vs)
+        if len(distinct) <= MAX_VALUE_GROUPS or not all(
+            isinstance(v, int | float) and not isinstance(v, bool) for v in distinct
+        ):
+            continue
+        seen = sorted(float(v) for v in vs)
+        edges = [seen[len(seen) * i // MAX_VALUE_GROUPS] for i in range(1, MAX_VALUE_GROUPS)]
+        groups: dict[int, list[Any]] = defaultdict(list)
+        for v in distinct:
+            groups[sum(float(v) >= e for e in edges)].append(v)
+        for g in groups.values():
+            label = fmt_value(min(g)) + (f"..{fmt_value(max(g))}" if len(g) > 1 else "")
+            out.setdefault(k, {}).update({v: label for v in g})
+    return out
+
+
+def _grouped(points: Sequence[tuple[TrialRecord, float]]) -> list[dict[str, Any]]:
+    """Each point's parameters, every parameter of the points on each (one that does not
+    apply to a point, ``when`` false, is unset there: ``None``, as the engine runs it), a
+    many-valued numeric one replaced by its group (:func:`value_labels`). Told apart from
+    an unset value, a parameter that does not apply would share the effect of the one that
+    switched it off (``cuda_graph_max_bs`` with ``disable_cuda_graph``)."""
+    labels = value_labels(points)
+    names = sorted({k for t, _ in points for k in t.params})
+    out = []
+    for t, _ in points:
+        row = {k: t.params.get(k) for k in names}
+        out.append({k: labels.get(k, {}).get(v, v) for k, v in row.items()})
+    return out
+
+
+def variance_shares(points: Sequence[tuple[TrialRecord, float]], noise: float) -> dict[str, float]:
+    """The share of the variance of log(value) over ``points`` that each parameter's values
+    explain in the additive model of :mod:`tuner.effects` (each point its own
+    configuration), largest first; sums to 1 (empty when nothing varies)."""
+    from tuner import effects
+
+    rows = _grouped(points)
+    fitted = effects.fit(
+        [
+            effects.Observation(row, f"point {i}", v)
+            for i, (row, (_, v)) in enumerate(zip(rows, points, strict=True))
+        ],
+        noise,
+    )
+    names = sorted({k for row in rows for k in row})
+    baseline = object()  # a value no point has: gains from it are the values' own effects
+    spread = {}
+    for name in names:
+        effect = [fitted.gain(name, baseline, row[name])[0] for row in rows]
+        mean = sum(effect) / len(effect)
+        spread[name] = sum((e - mean) ** 2 for e in effect) / len(effect)
+    total = sum(spread.values())
+    if total <= 0:
+        return {}
+    return dict(sorted(((k, v / total) for k, v in spread.items()), key=lambda kv: -kv[1]))
+
+
+def importances(data: ReportData) -> Importances:
+    """Parameter importances (:class:`Importances`) over the measured feasible configurations
+    and the pruned trials, by what they measured: leaving pruned trials out would hide the
+    settings that cripple a server (they are pruned because they do)."""
+    configs = data.configs()
+    if len(configs) < MIN_IMPORTANCE_CONFIGS:
+        return Importances(
+            {},
+            {},
+            f"Not enough measured configurations for parameter importances: {len(configs)} "
+            f"(at least {MIN_IMPORTANCE_CONFIGS} needed).",
+        )
+    points, pruned = importance_points(data)
+    try:
+        variance = variance_shares(points, data.noise)
+    except (ValueError, np.linalg.LinAlgError) as exc:
+        return Importances({}, {}, f"Parameter importances could not be computed: {exc}")
+    study = optuna.create_study(direction="maximize")
+    for t, value in points:
+        study.add_trial(
+            optuna.trial.create_trial(params=t.params, distributions=t.distributions, value=value)
+        )
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            result = optuna.importance.get_param_importances(
-                study, evaluator=optuna.importance.PedAnovaImportanceEvaluator()
+            top = dict(
+                optuna.importance.get_param_importances(
+                    study,
+                    evaluator=optuna.importance.PedAnovaImportanceEvaluator(target_quantile=TOP_QUANTILE),
+                )
             )
-    except Exception as exc:  # too little variation, a distribution it cannot read...
-        return {}, f"Parameter importances could not be computed: {exc}"
+    except Exception:  # too little variation, a distribution it cannot read: the variance shares remain
+        top = {}
     what = "peak tok/s" if data.multi else f"the {data.objective} objective"
     counted = f"{len(configs)} measured feasible configurations" + (
-        f" and {pruned} pruned trials (by what they measured)" if pruned else ""
+        f" and {pruned} pruned trials (by what they measured: the objective so far)" if pruned else ""
     )
-    hint = " (few: read as a hint)." if len(configs) < 10 else "."
-    return dict(result), f"PED-ANOVA importances of {what} over {counted}{hint}"
+    hint = " Few configurations: read as a hint." if len(configs) < 10 else ""
+    note = (
+        f"Importances of {what} over {counted}: the share of the variance of log(tok/s) that each "
+        "parameter's values explain in an additive model of the study (a setting that cuts throughput "
+        "several-fold ranks high), and PED-ANOVA's importance for reaching the top "
+        f"{TOP_QUANTILE:.0%} (what separates the best from the good).{hint}"
+    )
+    return Importances(variance, top, note)
 
 
 def failure_rows(data: ReportData) -> list[tuple[str, list[int], list[tuple[str, int]]]]:

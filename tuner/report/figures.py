@@ -3,13 +3,24 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Sequence
 from typing import Any
 
 from tuner import trial_record
-from tuner.report.data import CURVE_LEVELS, CURVES_N, ReportData, importances, layout_label, pareto_front
-from tuner.report.tables import _num
+from tuner.report.data import (
+    CURVE_LEVELS,
+    TOP_QUANTILE,
+    Curve,
+    Importances,
+    ReportData,
+    importance_points,
+    importances,
+    layout_label,
+    pareto_front,
+    value_labels,
+)
 from tuner.trial_record import TrialRecord
+from tuner.wording import fmt_value
 
 # --------------------------------------------------------------------------- figures
 
@@ -103,14 +114,99 @@ def history_figure(data: ReportData) -> Any:
     return fig
 
 
-def importance_figure(imp: Mapping[str, float]) -> Any:
+def importance_figure(imp: Importances, top: int | None = None) -> Any:
+    """Two bars per parameter, most important (by variance share) on top: its share of the
+    variance of log(tok/s), and PED-ANOVA's importance for reaching the top (the ``top``
+    most important parameters only, when given)."""
     import plotly.graph_objects as go
 
-    items = sorted(imp.items(), key=lambda kv: kv[1])
-    fig = go.Figure(go.Bar(x=[v for _, v in items], y=[k for k, _ in items], orientation="h"))
-    layout = {**_LAYOUT, "height": max(300, 28 * len(items) + 80)}
-    fig.update_layout(**layout, xaxis_title="importance (sums to 1)", showlegend=False)
+    names = list(reversed(imp.ranked()[:top]))
+    fig = go.Figure()
+    fig.add_trace(
+        go.Bar(
+            x=[imp.variance[k] for k in names],
+            y=names,
+            orientation="h",
+            name="share of the variance of log(tok/s): what a setting does across the space",
+            marker={"color": "#1f77b4"},
+        )
+    )
+    if imp.top:
+        fig.add_trace(
+            go.Bar(
+                x=[imp.top.get(k, 0.0) for k in names],
+                y=names,
+                orientation="h",
+                name=f"PED-ANOVA, top {TOP_QUANTILE:.0%}: what separates the best",
+                marker={"color": "#ff7f0e"},
+            )
+        )
+    layout = {**_LAYOUT, "height": max(320, 40 * len(names) + 120)}
+    fig.update_layout(**layout, barmode="group", xaxis_title="importance (each sums to 1)")
     fig.update_yaxes(automargin=True)
+    return fig
+
+
+def _label_order(label: str, values: Sequence[Any]) -> tuple[int, float, str]:
+    """Sort key of a heatmap axis label: unset first, then numbers by value, then words."""
+    if label == fmt_value(None):
+        return (0, 0.0, "")
+    nums = [float(v) for v in values if isinstance(v, int | float) and not isinstance(v, bool)]
+    return (1, min(nums), "") if nums else (2, 0.0, label)
+
+
+def pair_figure(data: ReportData, imp: Importances) -> Any | None:
+    """The two most important parameters (:meth:`Importances.ranked`) against each other: the
+    best tok/s measured in each pair of their values, over the same points as the
+    importances (pruned trials by what they measured), with the count of points in each
+    cell. What optuna-dashboard's contour plot would show had it started on these two (it
+    starts on the first two names in alphabetical order). None with fewer than two."""
+    import plotly.graph_objects as go
+
+    if len(imp.variance) < 2:
+        return None
+    a, b = imp.ranked()[:2]
+    points, _ = importance_points(data)
+    labels = value_labels(points)
+
+    def label(t: TrialRecord, name: str) -> str:
+        v = t.params.get(name)
+        return labels.get(name, {}).get(v, fmt_value(v))
+
+    cells: dict[tuple[str, str], list[float]] = defaultdict(list)
+    raw: dict[str, dict[str, list[Any]]] = {a: defaultdict(list), b: defaultdict(list)}
+    for t, value in points:
+        x, y = label(t, a), label(t, b)
+        cells[(x, y)].append(value)
+        raw[a][x].append(t.params.get(a))
+        raw[b][y].append(t.params.get(b))
+    xs = sorted(raw[a], key=lambda k: _label_order(k, raw[a][k]))
+    ys = sorted(raw[b], key=lambda k: _label_order(k, raw[b][k]))
+    z = [[max(cells[(x, y)]) if (x, y) in cells else None for x in xs] for y in ys]
+    text = [
+        [f"{max(cells[(x, y)]):.0f} ({len(cells[(x, y)])})" if (x, y) in cells else "" for x in xs]
+        for y in ys
+    ]
+    fig = go.Figure(
+        go.Heatmap(
+            x=xs,
+            y=ys,
+            z=z,
+            text=text,
+            texttemplate="%{text}",
+            colorscale="Viridis",
+            zmin=0,
+            colorbar={"title": {"text": "best tok/s"}},
+            hovertemplate=f"{a}=%{{x}}<br>{b}=%{{y}}<br>best %{{z:.0f}} tok/s<extra></extra>",
+        )
+    )
+    layout = {**_LAYOUT, "margin": {**_LAYOUT["margin"], "t": 50}}
+    fig.update_layout(
+        **layout,
+        title={"text": f"Best tok/s by {a} and {b}", "x": 0.01},
+        xaxis={"title": a, "type": "category"},
+        yaxis={"title": b, "type": "category"},
+    )
     return fig
 
 
@@ -218,86 +314,112 @@ def pareto_figure(data: ReportData) -> Any:
     return fig
 
 
-def _curve(data: ReportData, t: TrialRecord) -> tuple[list[dict[str, Any]], bool]:
-    """The levels to draw for ``t``: the simulated sweep where there is one, else the measured ones."""
-    if t.number in data.curves:
-        return data.curves[t.number], True
-    return sorted(t.levels, key=lambda lv: lv["concurrency"]), False
-
-
 def _log_c_axis(cs: set[int]) -> dict[str, Any]:
     ticks = sorted(cs)
     return {"type": "log", "tickvals": ticks, "ticktext": [str(c) for c in ticks]}
 
 
+#: One color per top configuration, shared by the throughput and latency figures.
+_PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b")
+
+
+#: Legend entry of the simulator's sweeps (one entry toggles them all).
+_SIM_NAME = "dotted: the simulator's sweep of each (noise off)"
+
+
+def _curve_name(c: Curve) -> str:
+    """``#12 TP8 EP8, target launches #30, #38`` / ``#12 TP8, screening levels only``."""
+    return f"#{c.trial.number} {layout_label(c.trial.argv)}, {c.measured_on()}"
+
+
 def curves_figure(data: ReportData) -> Any:
+    """Aggregate tok/s against concurrency of :attr:`ReportData.curves`: each configuration's
+    mean over its target launches (error bars: the lowest and highest launch where it has
+    several), and the simulator's noise-free sweep dotted (simulated studies)."""
     import plotly.graph_objects as go
 
     fig = go.Figure()
     cs: set[int] = set()
-    palette = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b")
-    for i, t in enumerate(data.configs()[:CURVES_N]):
-        color = palette[i % len(palette)]
-        name = f"#{t.number} {layout_label(t.argv)} ({_num(t.final_value, '.0f')})"
-        lv, simulated = _curve(data, t)
-        cs.update(x["concurrency"] for x in lv)
+    for i, c in enumerate(data.curves):
+        color, name = _PALETTE[i % len(_PALETTE)], _curve_name(c)
+        cs.update(lv["concurrency"] for lv in c.levels)
+        spread = len(c.launches) > 1
         fig.add_trace(
             go.Scatter(
-                x=[x["concurrency"] for x in lv],
-                y=[x["output_tok_s"] for x in lv],
-                mode="lines+markers" if not simulated else "lines",
-                name=name + (" simulated sweep" if simulated else ""),
+                x=[lv["concurrency"] for lv in c.levels],
+                y=[lv["output_tok_s"] for lv in c.levels],
+                mode="lines+markers" if c.target else "markers",
+                name=name,
                 legendgroup=name,
-                line={"color": color, "dash": "dot" if simulated else "solid"},
+                line={"color": color},
+                marker={"color": color, "size": 8},
+                error_y={
+                    "type": "data",
+                    "symmetric": False,
+                    "array": [lv["tok_s_max"] - lv["output_tok_s"] for lv in c.levels],
+                    "arrayminus": [lv["output_tok_s"] - lv["tok_s_min"] for lv in c.levels],
+                    "visible": spread,
+                    "color": color,
+                },
+                hovertemplate=f"#{c.trial.number}: C=%{{x}} %{{y:.0f}} tok/s<extra></extra>",
             )
         )
-        if simulated:  # the search's own measurements on the curve
+        if c.simulated:
+            cs.update(lv["concurrency"] for lv in c.simulated)
             fig.add_trace(
                 go.Scatter(
-                    x=[x["concurrency"] for x in t.levels],
-                    y=[x["output_tok_s"] for x in t.levels],
-                    mode="markers",
-                    name=name + " measured",
-                    legendgroup=name,
-                    showlegend=False,
-                    marker={"color": color, "size": 9},
+                    x=[lv["concurrency"] for lv in c.simulated],
+                    y=[lv["output_tok_s"] for lv in c.simulated],
+                    mode="lines",
+                    name=_SIM_NAME,
+                    legendgroup=_SIM_NAME,
+                    showlegend=i == 0,
+                    line={"color": color, "dash": "dot", "width": 1},
+                    hovertemplate=f"#{c.trial.number} simulator: C=%{{x}} %{{y:.0f}} tok/s<extra></extra>",
                 )
             )
     fig.update_layout(
         **_LAYOUT,
         xaxis={"title": "concurrency", **_log_c_axis(cs)},
-        yaxis_title="aggregate output tok/s",
+        yaxis={"title": "aggregate output tok/s", "rangemode": "tozero"},
     )
     return fig
 
 
 def latency_figure(data: ReportData) -> Any:
-    """TTFT p99 and ITL p50 against concurrency for the top configurations (two panels)."""
+    """TTFT p99 and ITL p50 against concurrency of :attr:`ReportData.curves` (two panels), the
+    same measurements (and simulator sweeps) as :func:`curves_figure`."""
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
     fig = make_subplots(rows=1, cols=2, subplot_titles=["TTFT p99 (s)", "ITL p50 (ms)"])
-    palette = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b")
     cs: set[int] = set()
-    for i, t in enumerate(data.configs()[:CURVES_N]):
-        lv, simulated = _curve(data, t)
-        name = f"#{t.number} {layout_label(t.argv)}" + (" (simulated sweep)" if simulated else "")
+    for i, c in enumerate(data.curves):
+        color, name = _PALETTE[i % len(_PALETTE)], _curve_name(c)
         for col, key in ((1, "ttft_s_p99"), (2, "itl_ms_p50")):
-            pts = [x for x in lv if x.get(key) is not None]
-            cs.update(x["concurrency"] for x in pts)
-            fig.add_trace(
-                go.Scatter(
-                    x=[x["concurrency"] for x in pts],
-                    y=[x[key] for x in pts],
-                    mode="lines+markers",
-                    name=name,
-                    legendgroup=name,
-                    showlegend=col == 1,
-                    line={"color": palette[i % len(palette)], "dash": "dot" if simulated else "solid"},
-                ),
-                row=1,
-                col=col,
-            )
+            for levels, simulated in ((c.levels, False), (c.simulated or [], True)):
+                pts = [x for x in levels if x.get(key) is not None]
+                if not pts:
+                    continue
+                cs.update(x["concurrency"] for x in pts)
+                fig.add_trace(
+                    go.Scatter(
+                        x=[x["concurrency"] for x in pts],
+                        y=[x[key] for x in pts],
+                        mode="lines" if simulated else "lines+markers" if c.target else "markers",
+                        name=_SIM_NAME if simulated else name,
+                        legendgroup=_SIM_NAME if simulated else name,
+                        showlegend=col == 1 and (not simulated or i == 0),
+                        line={
+                            "color": color,
+                            "dash": "dot" if simulated else "solid",
+                            "width": 1 if simulated else 2,
+                        },
+                        marker={"color": color},
+                    ),
+                    row=1,
+                    col=col,
+                )
     for col in (1, 2):
         fig.update_xaxes(title_text="concurrency", **_log_c_axis(cs), row=1, col=col)
         fig.update_yaxes(rangemode="tozero", row=1, col=col)
@@ -308,7 +430,6 @@ def latency_figure(data: ReportData) -> Any:
 def figures(data: ReportData) -> dict[str, tuple[Any | None, str]]:
     """Each figure of :data:`FIGURES` by id: (plotly figure or None, caption)."""
     out: dict[str, tuple[Any | None, str]] = {}
-    measured = data.configs()
     out["history"] = (
         history_figure(data) if data.trials else None,
         "Objective per trial (pareto studies: peak) and the best feasible so far; a pruned trial at the "
@@ -316,8 +437,17 @@ def figures(data: ReportData) -> dict[str, tuple[Any | None, str]]:
         if data.trials
         else "No trials yet.",
     )
-    imp, note = importances(data)
-    out["importance"] = (importance_figure(imp) if imp else None, note)
+    imp = importances(data)
+    out["importance"] = (importance_figure(imp) if imp.variance else None, imp.note)
+    pair = pair_figure(data, imp)
+    out["pair"] = (
+        pair,
+        "The best tok/s measured in each pair of values of the two most important parameters (a pruned "
+        "trial by what it measured), and how many configurations each cell holds; a many-valued number "
+        "is grouped into ranges."
+        if pair is not None
+        else "Fewer than two parameters ranked: no pair to show.",
+    )
     if any(t.intermediate for t in data.trials):
         out["intermediate"] = (
             intermediate_figure(data),
@@ -339,25 +469,38 @@ def figures(data: ReportData) -> dict[str, tuple[Any | None, str]]:
         if pareto_pts
         else "No configuration measured at C=1 and above.",
     )
-    top = min(CURVES_N, len(measured))
-    swept = (
-        f" Dotted lines: each configuration swept by the simulator over C={','.join(map(str, CURVE_LEVELS))} "
-        "(the study is simulated); dots: what the search measured."
-        if data.curves
-        else " Lines join the levels the search measured; a workload with more levels draws a fuller curve."
+    shown = data.curves
+    finalists = sum(c.target for c in shown)
+    what = (
+        f"Lines: the top {finalists} configuration(s) measured on every level of the target workload "
+        "(the finalists), each the mean of its target launches (error bars: lowest and highest launch)."
+        if finalists
+        else "No configuration was measured on the whole target workload yet."
     )
+    if finalists < len(shown):
+        what += (
+            f" Points only: the best {len(shown) - finalists} other configuration(s), at the levels they "
+            "were screened on."
+        )
+    if any(c.simulated for c in shown):
+        what += (
+            f" Dotted: the simulator's noise-free sweep of each over C={','.join(map(str, CURVE_LEVELS))} "
+            "(the study is simulated)."
+        )
     out["curves"] = (
-        curves_figure(data) if measured else None,
-        f"Aggregate tok/s at each level of the top {top} distinct configurations.{swept}"
-        if measured
+        curves_figure(data) if shown else None,
+        f"Aggregate tok/s against concurrency. {what}"
+        if shown
         else "No feasible measured configuration yet.",
     )
-    has_latency = any(lv.get("ttft_s_p99") is not None for t in measured[:CURVES_N] for lv in t.levels)
+    has_latency = any(
+        lv.get("ttft_s_p99") is not None for c in shown for lv in [*c.levels, *(c.simulated or [])]
+    )
     out["latency"] = (
-        latency_figure(data) if measured and (has_latency or data.curves) else None,
-        f"What one user waits for at each level, top {top} configurations: time to first token (p99) and "
-        f"inter-token latency (p50).{swept}"
-        if measured
-        else "No feasible measured configuration yet.",
+        latency_figure(data) if has_latency else None,
+        "What one user waits for at each level: time to first token (p99) and inter-token latency "
+        f"(p50). {what}"
+        if has_latency
+        else "No feasible measured configuration with latency figures yet.",
     )
     return out

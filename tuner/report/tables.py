@@ -9,8 +9,9 @@ from typing import Any
 
 from tuner.deployment import shell_text
 from tuner.report.data import (
-    CURVES_N,
     TOP_N,
+    TOP_QUANTILE,
+    Importances,
     ReportData,
     _numbers,
     differences_text,
@@ -18,7 +19,7 @@ from tuner.report.data import (
     importances,
     layout_label,
 )
-from tuner.statement import is_simulated, statement_lines
+from tuner.statement import server_time, statement_lines
 from tuner.trial_record import StudyInfo, TrialRecord
 
 # --------------------------------------------------------------------------- tables
@@ -39,14 +40,13 @@ def summary_rows(data: ReportData) -> list[tuple[str, ...]]:
             proxy=info.proxy if info else None,
         )
     ]
-    simulated = is_simulated(backend, fallback)
     rows = [
         ("study", data.study_name),
         ("space", data.space),
         *statement,
         ("objective", data.objective + (" (single-stream and peak)" if data.multi else "")),
         ("trials", f"{len(data.trials)}: " + ", ".join(f"{v} {k}" for k, v in counts.items())),
-        ("simulated server time" if simulated else "server time", f"{server_s / 3600:.1f} h"),
+        server_time(server_s, backend, fallback),
     ]
     b = data.best
     if b is not None:
@@ -100,15 +100,26 @@ def top_rows(data: ReportData, n: int = TOP_N) -> list[tuple[str, ...]]:
     return rows
 
 
-def curve_rows(data: ReportData, n: int = CURVES_N) -> tuple[list[str], list[list[str]]]:
-    """Per-level tok/s of the top ``n`` configurations: header and rows."""
-    top = data.configs()[:n]
-    cs = sorted({lv["concurrency"] for t in top for lv in t.levels})
+def curve_rows(data: ReportData) -> tuple[list[str], list[list[str]]]:
+    """Per-level tok/s of the configurations the throughput figure draws (the finalists' mean
+    over their target launches, see :func:`tuner.report.data.curves`): header and rows."""
+    cs = sorted({lv["concurrency"] for c in data.curves for lv in c.levels})
     rows = []
-    for t in top:
-        by_c = {lv["concurrency"]: lv["output_tok_s"] for lv in t.levels}
-        rows.append([f"#{t.number}", layout_label(t.argv)] + [_num(by_c.get(c)) for c in cs])
-    return ["trial", "layout"] + [f"C={c}" for c in cs], rows
+    for curve in data.curves:
+        by_c = {lv["concurrency"]: lv["output_tok_s"] for lv in curve.levels}
+        rows.append(
+            [f"#{curve.trial.number}", layout_label(curve.trial.argv), curve.measured_on()]
+            + [_num(by_c.get(c)) for c in cs]
+        )
+    return ["trial", "layout", "measured on"] + [f"C={c}" for c in cs], rows
+
+
+IMPORTANCE_HEADER = ("parameter", "variance share", f"top {TOP_QUANTILE:.0%} (PED-ANOVA)")
+
+
+def importance_rows(imp: Importances) -> list[tuple[str, str, str]]:
+    """One row per parameter, most important first: its two importances."""
+    return [(k, f"{v:.3f}", _num(imp.top.get(k), ".3f")) for k, v in imp.variance.items()]
 
 
 def _num(v: float | None, spec: str = ".1f") -> str:
@@ -136,12 +147,12 @@ def render_markdown(data: ReportData) -> str:
     out += md_table(TOP_HEADER, rows) if rows else ["No feasible measured configuration yet."]
     header, crow = curve_rows(data)
     if crow:
-        out += ["", f"### Throughput per level (tok/s), top {len(crow)}", ""]
+        out += ["", f"### Throughput per level (tok/s, mean of the launches), top {len(crow)}", ""]
         out += md_table(header, crow)
-    imp, note = importances(data)
-    out += ["", "### Parameter importances", "", note]
-    if imp:
-        out += ["", *md_table(("parameter", "importance"), [(k, f"{v:.3f}") for k, v in imp.items()])]
+    imp = importances(data)
+    out += ["", "### Parameter importances", "", imp.note]
+    if imp.variance:
+        out += ["", *md_table(IMPORTANCE_HEADER, importance_rows(imp))]
     out += ["", "### Failures by class", ""]
     frows = failure_rows(data)
     if frows:
