@@ -146,6 +146,19 @@ def test_a_flagged_launch_waits_for_its_re_measurement_then_is_kept_or_dropped()
     assert kept.recommended().key == "ep1" and kept.recommended().numbers == (2, 3)  # pooled as usual
 
 
+def test_a_re_measurement_that_disagrees_with_the_leader_asks_a_third_launch_to_vote():
+    """The glitch went unnoticed (its configuration's values were new to the study), and the
+    leader's re-measurement disagrees with it: two launches cannot tell which is wrong, a
+    third decides by the median, and the glitch is dropped."""
+    disagrees = {"outlier": {"expected": 3000.0, "measured": 1000.0, "z": -39.0}}
+    trials = [_trial(0, 8, 3000.0), _trial(1, 4, 990.0), _trial(2, 8, 1000.0, **disagrees)]
+    ev = estimates.evidence(trials)
+    assert ev.outliers == {2: estimates.PENDING} and ev.recommended().key == "ep4"
+    voted = estimates.evidence([*trials, _trial(3, 8, 1010.0, outlier_check=2)])
+    assert voted.outliers == {0: estimates.DROPPED, 2: estimates.KEPT}
+    assert voted.recommended().key == "ep8" and voted.recommended().numbers == (2, 3)
+
+
 def test_a_launch_far_above_what_the_study_expects_is_an_outlier_when_it_would_lead():
     trials = [_trial(0, 8, 1000.0), _trial(1, 4, 990.0), _trial(2, 1, 700.0), _trial(3, 8, 1010.0)]
     glitch = estimates.outlier(trials, _trial(4, 1, 2100.0))  # 3x its earlier launch
@@ -225,7 +238,7 @@ def test_a_glitched_launch_is_measured_again_first_and_best_is_not_fooled(space,
     assert estimates.outlier_verdicts(trials) == {GLITCHED: estimates.DROPPED}
     capsys.readouterr()
     assert main(["trials", "--study", "small"]) == 0
-    assert "outlier, dropped: its re-measurement disagrees" in capsys.readouterr().out
+    assert "outlier, dropped: its configuration's other launches disagree with it" in capsys.readouterr().out
 
 
 def test_a_glitched_launch_not_measured_again_yet_is_not_recommended(space, workdir: Path, capsys):

@@ -33,6 +33,7 @@ the target. The proxy's launches still count towards a configuration's estimate.
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
@@ -253,61 +254,122 @@ def leader(ests: Sequence[Estimate], sigma: float) -> Estimate:
     return max(sure, key=lambda e: (e.score(sigma), -e.trial.number))
 
 
+def _beyond(t: FrozenTrial, centre: float, sd: float, on_target: bool) -> bool:
+    """Whether launch ``t`` lies more than :data:`OUTLIER_Z` deviations ``sd`` from
+    ``centre`` (log(objective)), measured on the target workload (``on_target``) or on the
+    proxy. Across the two, only one side is impossible: a proxy value is a lower bound of
+    the target value, so a proxy launch is off only far above a target centre, and a
+    target launch only far below a proxy centre."""
+    gap = math.log(t.values[-1]) - centre
+    proxy = trial_record.fidelity(t) != "target"
+    if proxy and on_target:
+        return gap > OUTLIER_Z * sd
+    if not proxy and not on_target:
+        return gap < -OUTLIER_Z * sd
+    return abs(gap) > OUTLIER_Z * sd
+
+
+def _centre(launches: Sequence[FrozenTrial]) -> tuple[float, bool]:
+    """The median log(objective) of ``launches`` and whether it is the target's: of the
+    target launches where there are two or more, else of the proxy's, else of all."""
+    target = [t for t in launches if trial_record.fidelity(t) == "target"]
+    proxy = [t for t in launches if trial_record.fidelity(t) != "target"]
+    ref = target if len(target) >= 2 else proxy if len(proxy) >= 2 else list(launches)
+    on_target = all(trial_record.fidelity(t) == "target" for t in ref)
+    return statistics.median(math.log(t.values[-1]) for t in ref), on_target
+
+
 def outlier_verdicts(trials: Sequence[FrozenTrial]) -> dict[int, str]:
-    """The verdict on each launch flagged as an outlier (:data:`trial_record.OUTLIER`):
-    :data:`PENDING` while its configuration has no later launch (the earlier ones are what
-    it was flagged against), else :data:`DROPPED` when the later launches' mean differs
-    from it by more than :data:`OUTLIER_Z` standard deviations of the difference (the noise
-    of the unflagged launches) and :data:`KEPT` when it does not."""
-    flagged = [t for t in trials if launched(t) and trial_record.OUTLIER in t.user_attrs]
+    """Verdicts on the launches of configurations with a launch flagged as an outlier
+    (:data:`trial_record.OUTLIER`), by trial number.
+
+    With three launches or more, the launches vote: one beyond :data:`OUTLIER_Z` standard
+    deviations of their median (:func:`_centre`, :func:`_beyond`; a launch's noise against
+    the others' centre) is :data:`DROPPED`, flagged or not (an earlier glitch that a
+    re-measurement exposed), and a flagged one that is not is :data:`KEPT`. With two, a
+    launch flagged against the model (the first of its configuration) is judged by the
+    later one; a launch flagged for disagreeing with the earlier one cannot be told from
+    it, so it stays :data:`PENDING` (as a single flagged launch does) until a third
+    decides. The noise is the study's, from the configurations with no flagged launch."""
+    flagged = {t.number for t in trials if launched(t) and trial_record.OUTLIER in t.user_attrs}
     if not flagged:
         return {}
-    numbers = {t.number for t in flagged}
     groups: dict[str, list[FrozenTrial]] = {}
     for t in trials:
-        if launched(t) and t.number not in numbers and t.values[-1] > 0:
+        if launched(t) and t.values[-1] > 0:
             groups.setdefault(_key(t), []).append(t)
-    sigma = noise(
+    sigma = noise(  # from the configurations not in doubt: a glitch would widen it
         Estimate(k, ts[0], tuple(t.values[-1] for t in ts), tuple(t.number for t in ts))
         for k, ts in groups.items()
+        if not any(t.number in flagged for t in ts)
     )
-    verdicts = {}
-    for t in flagged:
-        others = [o for o in groups.get(_key(t), []) if o.number > t.number]
-        if not others:
-            verdicts[t.number] = PENDING
+    verdicts: dict[int, str] = {}
+    for launches in groups.values():
+        doubted = [t for t in launches if t.number in flagged]
+        if not doubted:
             continue
-        mean = sum(math.log(o.values[-1]) for o in others) / len(others)
-        sd = sigma * math.sqrt(1.0 + 1.0 / len(others))
-        gap = abs(math.log(max(t.values[-1], 1e-9)) - mean)
-        verdicts[t.number] = DROPPED if gap > OUTLIER_Z * sd else KEPT
+        if len(launches) >= 3:
+            centre, on_target = _centre(launches)
+            sd = sigma * math.sqrt(1.0 + 1.0 / (len(launches) - 1))
+            for t in launches:
+                if _beyond(t, centre, sd, on_target):
+                    verdicts[t.number] = DROPPED
+                elif t.number in flagged:
+                    verdicts[t.number] = KEPT
+            continue
+        for t in doubted:
+            others = [o for o in launches if o is not t]
+            if not others or others[0].number < t.number:
+                verdicts[t.number] = PENDING
+                continue
+            later = others[0]
+            on_target = trial_record.fidelity(later) == "target"
+            off = _beyond(t, math.log(later.values[-1]), sigma * math.sqrt(2.0), on_target)
+            verdicts[t.number] = DROPPED if off else KEPT
     return verdicts
 
 
 def outlier(trials: Sequence[FrozenTrial], launch: FrozenTrial) -> dict[str, float] | None:
     """Whether ``launch`` (a launched trial, not among ``trials``) is an outlier against the
-    study's noise model: it would change the recommendation, and its value lies more than
-    :data:`OUTLIER_Z` standard deviations from what the additive model of the other
-    launches expects of its configuration (its earlier launches included; the deviations
-    are the prediction's own, which is wide for values the study has not measured, and one
-    launch's noise). Returns what to record (the expected value, the measured one, and
-    the distance in standard deviations), else None. A re-measurement of a flagged launch
-    is never flagged itself: it is what judges the flagged one."""
+    study's noise model. Only a launch that bears on the recommendation is judged: one
+    that would change it, or a launch of the recommended configuration. Its value is an
+    outlier when it lies more than :data:`OUTLIER_Z` standard deviations from what the
+    study expects of it: the mean of its configuration's earlier launches (one launch's
+    noise against their mean; those of its own fidelity where there are some, else
+    one-sided, see :func:`_beyond`), or, for a first launch, the additive model's
+    prediction from the other launches (the prediction's own deviation, wide for values
+    the study has not measured, and one launch's noise). Returns what to record (the
+    expected value, the measured one, the distance in standard deviations), else None. A
+    re-measurement of a flagged launch is never flagged itself: it is what judges."""
     if not launched(launch) or trial_record.OUTLIER_CHECK in launch.user_attrs or launch.values[-1] <= 0:
         return None
     before = evidence(trials)
     if before.model is None:
         return None
-    fitted = before.model
-    after = evidence([*trials, launch]).recommended()
+    key = _key(launch)
     was = before.recommended()
-    if after is None or (was is not None and after.key == was.key):
+    after = evidence([*trials, launch]).recommended()
+    changes = after is not None and (was is None or after.key != was.key)
+    if not changes and (was is None or was.key != key):
         return None
-    mu, sd = fitted.predict(launch.params, _key(launch))
-    z = (math.log(launch.values[-1]) - mu) / math.hypot(sd, before.noise)
-    if abs(z) <= OUTLIER_Z:
+    dropped = {n for n, v in before.outliers.items() if v == DROPPED}
+    earlier = [
+        t for t in trials if launched(t) and _key(t) == key and t.values[-1] > 0 and t.number not in dropped
+    ]
+    same = [t for t in earlier if trial_record.fidelity(t) == trial_record.fidelity(launch)]
+    ref = same or earlier
+    if ref:
+        centre = sum(math.log(t.values[-1]) for t in ref) / len(ref)
+        sd = before.noise * math.sqrt(1.0 + 1.0 / len(ref))
+        off = _beyond(launch, centre, sd, trial_record.fidelity(ref[0]) == "target")
+    else:
+        centre, spread = before.model.predict(launch.params, key)
+        sd = math.hypot(spread, before.noise)
+        off = abs(math.log(launch.values[-1]) - centre) > OUTLIER_Z * sd
+    if not off:
         return None
-    return {"expected": math.exp(mu), "measured": launch.values[-1], "z": round(z, 2)}
+    z = (math.log(launch.values[-1]) - centre) / sd
+    return {"expected": math.exp(centre), "measured": launch.values[-1], "z": round(z, 2)}
 
 
 def best(trials: Iterable[FrozenTrial]) -> Estimate | None:

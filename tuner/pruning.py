@@ -8,9 +8,11 @@ are slower than TP at C=1 and faster at peak), so a trial is pruned only when it
 second-best is never cut, one that is hopeless (EPLB on PCIe, no CUDA graphs) is cut
 after the first level.
 
-A launch flagged as an outlier (:func:`tuner.estimates.outlier`: a glitched server's 3x
-is the usual case) sets no bar until its re-measurement keeps it, and that
-re-measurement is never pruned: it is what judges the flagged launch.
+A launch in doubt as an outlier (:func:`tuner.estimates.outlier_verdicts`: a glitched
+server's 3x is the usual case) sets no bar until the launches of its configuration keep
+it. A re-measurement of a configuration (of a leader, or of a flagged launch) is never
+pruned: it is there to measure that configuration again, and what it measures is what
+tells a glitch from the configuration's value.
 """
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ class RelativeToBestPruner(BasePruner):
 
     def prune(self, study: optuna.Study, trial: FrozenTrial) -> bool:
         step = trial.last_step
-        if step is None or trial_record.OUTLIER_CHECK in trial.user_attrs:
+        if step is None or trial_record.REPEAT_OF in trial.user_attrs:
             return False
         value = trial.intermediate_values[step]
         trials = study.get_trials(deepcopy=False)

@@ -86,15 +86,16 @@ def _state(t: FrozenTrial, rec: TrialRecord) -> str:
 
 def _note(t: FrozenTrial, rec: TrialRecord, engine: str | None, outlier: str | None = None) -> str:
     reason = rec.reason or ""
-    flagged = rec.attrs.get(trial_record.OUTLIER)
-    if flagged and outlier is not None:
+    if outlier is not None:
         said = {
             estimates.PENDING: "outlier, re-measuring",
-            estimates.KEPT: "outlier, kept: its re-measurement agrees",
-            estimates.DROPPED: "outlier, dropped: its re-measurement disagrees",
+            estimates.KEPT: "outlier, kept: its configuration's launches agree with it",
+            estimates.DROPPED: "outlier, dropped: its configuration's other launches disagree with it",
         }[outlier]
-        seen = f"{flagged['measured']:.0f} where ~{flagged['expected']:.0f} was expected"
-        reason = f"{said} ({seen}) {reason}".strip()
+        flagged = rec.attrs.get(trial_record.OUTLIER)
+        if flagged:
+            said += f" ({flagged['measured']:.0f} where ~{flagged['expected']:.0f} was expected)"
+        reason = f"{said} {reason}".strip()
     if rec.outcome == "infeasible":
         reason = refusal_text(rec.reason, engine)
     if rec.outcome == "reused":
