@@ -122,6 +122,7 @@ def test_live_lines_name_the_change_and_call_refusals_refusals(searched):
     # The summary: simulated server time, the statement again, the confidence.
     summary = out.split("\n20 trials (", 1)[1]
     assert "simulated server time" in out and "units: tok/s" in summary
+    assert re.search(r"rule-refused proposals: \d+ of \d+ \(\d+%\); none launched a server", summary)
     assert re.search(r"estimate \d+ tok/s \(interval \d+\.\.\d+", summary)
     assert "runner-up: trial #" in summary and "tok/s per user" in summary
 

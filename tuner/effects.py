@@ -110,9 +110,11 @@ class Effects:
         return float(a @ self._mean), math.sqrt(float(a @ self._cov @ a) + prior_var)
 
 
-def fit(observations: Sequence[Observation], noise: float) -> Effects:
+def fit(observations: Sequence[Observation], noise: float, weights: Sequence[float] | None = None) -> Effects:
     """The posterior of the model given ``observations`` and the relative run-to-run
-    ``noise`` (the standard deviation of log(objective) of one launch)."""
+    ``noise`` (the standard deviation of log(objective) of one launch). ``weights`` (0..1 per
+    observation) count an observation as that share of a launch: a local fit around one
+    configuration weighs distant launches less, since their effects may differ there."""
     columns: dict[tuple[str, str], int] = {_INTERCEPT: 0}
     values: dict[tuple[str, str], Any] = {}
     prior = [INTERCEPT_PRIOR]
@@ -132,8 +134,10 @@ def fit(observations: Sequence[Observation], noise: float) -> Effects:
             x[i, columns[(name, repr(value))]] = 1.0
         x[i, columns[(_CONFIGURATION, o.key)]] = 1.0
     y = np.log([o.value for o in observations])
+    w = np.ones(len(observations)) if weights is None else np.asarray(weights, dtype=float)
     noise_precision = max(noise, 1e-6) ** -2
-    precision = noise_precision * x.T @ x + np.diag(np.asarray(prior) ** -2.0)
+    xw = x.T * (noise_precision * w)
+    precision = xw @ x + np.diag(np.asarray(prior) ** -2.0)
     cov = np.linalg.inv(precision)
-    mean = cov @ (noise_precision * x.T @ y)
+    mean = cov @ (xw @ y)
     return Effects(columns, values, mean, cov)

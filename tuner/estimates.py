@@ -222,12 +222,18 @@ def estimates(trials: Iterable[FrozenTrial]) -> list[Estimate]:
 
 def model(trials: Iterable[FrozenTrial], sigma: float) -> effects.Effects:
     """The additive model of :mod:`tuner.effects` fitted to what ``trials`` measured."""
-    observations = []
+    return effects.fit(observations(trials), sigma)
+
+
+def observations(trials: Iterable[FrozenTrial]) -> list[effects.Observation]:
+    """What ``trials`` measured of the objective, one observation per launch (see
+    :func:`observed`)."""
+    out = []
     for t in trials:
         value = observed(t)
         if value is not None and value > 0:
-            observations.append(effects.Observation(t.params, _key(t), value))
-    return effects.fit(observations, sigma)
+            out.append(effects.Observation(t.params, _key(t), value))
+    return out
 
 
 def _key(t: FrozenTrial) -> str:

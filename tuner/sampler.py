@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -36,7 +36,7 @@ from optuna.distributions import BaseDistribution, CategoricalDistribution, Floa
 from optuna.samplers import BaseSampler, TPESampler
 from optuna.trial import FrozenTrial, TrialState
 
-from tuner import effects, estimates
+from tuner import budget, effects, estimates, trial_record
 
 #: Finished trials before local moves start (enqueued start points count: the reference
 #: space has five, so the walk starts from the best of them). Over 20 seeds of the reference
@@ -71,6 +71,21 @@ SPREAD_FLOOR = estimates.NOISE_PRIOR
 #: Measured values of an ordered parameter whose line predicts a value not measured yet:
 #: three, so that one noisy launch among them bends the line without reversing it.
 TREND_POINTS = 3
+#: Weight of a launch that differs from a proposal in one parameter, relative to one that
+#: launched the same configuration (per differing parameter: two differ -> its square).
+#: A half: the out-of-memory launches of the reference space differ from the ones that
+#: fit in one or two knobs (memory fraction, request cap, NCCL buffers).
+LAUNCH_KERNEL = 0.5
+#: Share of launches assumed to fail before the study has any, and its weight in launches.
+LAUNCH_FAILURE_PRIOR = 0.1
+LAUNCH_PRIOR_WEIGHT = 1.0
+#: Weight of a launch in the walk's model per parameter it sets differently from the
+#: incumbent: a half, as for :data:`LAUNCH_KERNEL` (the start points of the reference space
+#: differ from its best configurations in 3-8 knobs: 1/8 to 1/256 of a launch).
+LOCAL_KERNEL = 0.5
+#: Share of an ordered parameter's trend kept when a move goes past every measured value: a
+#: knob that gained going up often saturates (a request cap above what the KV pool admits).
+EXTRAPOLATION_SHRINK = 0.5
 #: Proposals tried to find a configuration the rules accept and not measured yet.
 MAX_ATTEMPTS = 50
 
@@ -84,6 +99,14 @@ class Move:
     #: Expected change of log(objective) and its standard deviation.
     mean: float
     sd: float
+
+    #: Probability that the configuration launches at all (see :func:`_launch_odds`).
+    launches: float = 1.0
+
+    @property
+    def worth(self) -> float:
+        """What the move is expected to gain, counting the launches that fail."""
+        return self.expected_improvement * self.launches
 
     @property
     def expected_improvement(self) -> float:
@@ -150,7 +173,7 @@ class IncumbentLocalSampler(BaseSampler):
             ev = estimates.evidence(done)
             best = self._sticky_incumbent(ev)
             if best is not None:
-                local = self._local_plan(best, ev.model, seen)
+                local = self._local_plan(best, local_model(best, done, ev.noise), seen, done)
                 if local is not None:
                     self._plans[trial.number], change = local
                     if change is not None:
@@ -182,16 +205,21 @@ class IncumbentLocalSampler(BaseSampler):
         return self._identity(params)
 
     def _local_plan(
-        self, best: FrozenTrial, model: effects.Effects | None, seen: set[str | None]
+        self,
+        best: FrozenTrial,
+        model: effects.Effects | None,
+        seen: set[str | None],
+        done: Sequence[FrozenTrial],
     ) -> tuple[dict[str, Any], tuple[str, Any] | None] | None:
         """The incumbent with its most promising untried single change (see the module
         docstring) and that change; a random two-parameter jump (no single change) once
         every single change was tried."""
-        moves = sorted(
-            self._moves(best, model),
-            key=lambda m: (m.expected_improvement, self._rng.random()),
-            reverse=True,
-        )
+        launched = [(dict(t.params), failed) for t in done if (failed := launch_failed(t)) is not None]
+        moves = [
+            replace(m, launches=_launch_odds({**best.params, m.name: m.value}, launched))
+            for m in self._moves(best, model)
+        ]
+        moves.sort(key=lambda m: (m.worth, self._rng.random()), reverse=True)
         for move in moves:
             plan = {**best.params, move.name: move.value}
             key = self._key(plan)
@@ -372,7 +400,10 @@ def _expected_gain(
         return 0.0, spread
     measured = {repr(v): v for v in model.values(name)}
     if repr(value) in measured and repr(current) in measured:
-        return model.gain(name, current, value)
+        # Measured elsewhere, in other configurations: an interaction (a decode-step count
+        # that loses while the KV pool binds and wins once it does not) can reverse it here.
+        mean, sd = model.gain(name, current, value)
+        return mean, math.hypot(sd, effects.CONFIGURATION_PRIOR)
     there = _position(dist, value)
     if there is None or repr(current) not in measured:
         return 0.0, spread
@@ -382,4 +413,47 @@ def _expected_gain(
         return 0.0, spread
     xs, ys = np.array([p for p, _ in points]), np.array([e for _, e in points])
     slope, intercept = np.polyfit(xs, ys, 1)
-    return float(slope * there + intercept) - model.effect(name, current), spread
+    gain = float(slope * there + intercept) - model.effect(name, current)
+    if there > xs.max() or there < xs.min():
+        gain *= EXTRAPOLATION_SHRINK
+    return gain, spread
+
+
+# --- whether a configuration launches ----------------------------------------------------
+def launch_failed(t: FrozenTrial) -> bool | None:
+    """Whether a trial's launch failed for its configuration (out of memory, a crash); None
+    for a trial that says nothing about that (refused before launch, reused, interrupted)."""
+    if not budget.has_verdict(t) or trial_record.reused_from(t) is not None:
+        return None
+    return trial_record.outcome(t) == "failed"
+
+
+def _launch_odds(plan: Mapping[str, Any], launched: Sequence[tuple[dict[str, Any], bool]]) -> float:
+    """Probability that ``plan`` launches, from the study's launches weighted by how close
+    they are (:data:`LAUNCH_KERNEL` per differing parameter), with a prior of
+    :data:`LAUNCH_FAILURE_PRIOR` worth :data:`LAUNCH_PRIOR_WEIGHT` launches. A change that ran
+    out of memory from one incumbent is unlikely to fit from its neighbour."""
+    weight, failed = LAUNCH_PRIOR_WEIGHT, LAUNCH_PRIOR_WEIGHT * LAUNCH_FAILURE_PRIOR
+    for params, did_fail in launched:
+        w = LAUNCH_KERNEL ** _distance(params, plan)
+        weight += w
+        failed += w * did_fail
+    return 1.0 - failed / weight
+
+
+def _distance(a: Mapping[str, Any], b: Mapping[str, Any]) -> int:
+    """How many parameters two configurations set differently (one applying and not the
+    other counts as different)."""
+    return sum(1 for n in set(a) | set(b) if repr(a.get(n)) != repr(b.get(n)))
+
+
+def local_model(best: FrozenTrial, done: Sequence[FrozenTrial], noise: float) -> effects.Effects | None:
+    """The additive model fitted around the incumbent: each launch weighs
+    :data:`LOCAL_KERNEL` to the power of the parameters it sets differently, so what a knob
+    did in distant configurations (a decode-step count measured while the KV pool bound)
+    counts less than what it did near the incumbent."""
+    observations = estimates.observations(done)
+    if not observations:
+        return None
+    weights = [LOCAL_KERNEL ** _distance(o.params, best.params) for o in observations]
+    return effects.fit(observations, noise, weights)

@@ -1,0 +1,81 @@
+"""The sampler on spaces a person writes: no start points, a single-stream floor, rules that
+reject many combinations. The budget buys launches, not proposals."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import optuna
+import pytest
+from optuna.distributions import FloatDistribution
+
+from tests.test_study import make_search
+from tuner import budget, estimates, start_points, trial_record
+from tuner.objectives import Objective
+from tuner.sampler import IncumbentLocalSampler
+from tuner.sim.serving import DEFAULT_NOISE
+from tuner.space import DEFAULT_SPACE, Space, load_space, resolve_space
+
+FLOOR = 60.0
+
+
+def own_space(where: Path) -> Space:
+    """The reference space's parameters as a person would write them for their own host:
+    no ``start:`` list, 4096-token prompts, 256/512-token outputs, levels 1/64/128, peak
+    throughput under a 60 tok/s single-stream floor."""
+    text = resolve_space(DEFAULT_SPACE).read_text()
+    text = text[: text.index("\nworkload:")] + (
+        "\nworkload: {kind: burst, levels: [1, 64, 128], prompt_tokens: 4096, max_tokens: 512,"
+        " single_max_tokens: 256}\n"
+        f"objective: {{name: peak, min_single_stream: {FLOOR}}}\n"
+    )
+    path = where / "own.yaml"
+    path.write_text(text.replace(f"name: {DEFAULT_SPACE}", "name: own-host"))
+    return load_space(path)
+
+
+def test_a_space_without_start_points_starts_at_the_engine_defaults_per_layout(workdir: Path):
+    space = own_space(workdir)
+    assert space.start_points() == []
+    points = start_points.defaults(space, budget=40)
+    layouts = [space.render(p).args.layout for p in points]
+    # The engine's defaults first (TP8, one decode step, no EP), then one point per other
+    # layout the rules accept and the memory plan fits; never a layout twice.
+    assert layouts[0] == "TP8" and len(set(layouts)) == len(layouts)
+    assert {"TP8 EP8", "PP8"} <= set(layouts)
+    assert all(not space.check(p) and start_points.fits(space, p) for p in points)
+    first = points[0]
+    assert first["ep_size"] == 1 and first["num_continuous_decode_steps"] == 1
+    assert first["nccl_proto"] is None and first["disable_cuda_graph"] is False
+    assert first["mem_fraction_static"] == pytest.approx(0.87)  # the middle of 0.80..0.94
+    assert len(start_points.defaults(space, budget=8)) == 2  # at most a quarter of the budget
+
+
+def test_rule_rejected_proposals_use_no_budget_and_a_feasible_configuration_is_found(workdir: Path):
+    space = own_space(workdir)
+    search = make_search(space, 40, noise=DEFAULT_NOISE, seed=100)
+    search.objective = Objective(name="peak", min_single_stream=FLOOR)
+    search.run()
+    trials = search.study.get_trials()
+    refused = [t for t in trials if trial_record.outcome(t) == "infeasible"]
+    assert budget.verdicts(trials) == 40
+    # Redrawn proposals never became trials; what reached the study is nearly all launches.
+    assert len(refused) <= 0.1 * len(trials), [t.user_attrs.get("reason") for t in refused]
+    best = estimates.best(trials)
+    assert best is not None, "no feasible configuration although TP8 meets the floor"
+    runs = [t for t in trials if t.number in best.numbers]
+    singles = [json_single(t) for t in runs]
+    assert sum(singles) / len(singles) >= FLOOR
+
+
+def json_single(t: optuna.trial.FrozenTrial) -> float:
+    levels = trial_record.TrialRecord.of(t).attrs["levels"]
+    return next(lv["output_tok_s"] for lv in levels if lv["concurrency"] == 1)
+
+
+def test_stepped_moves_reach_the_end_of_the_range():
+    # 0.92 + 2 * 0.01 is 0.9400000000000001 in floating point: the move must still be offered.
+    sampler = IncumbentLocalSampler(seed=0)
+    dist = FloatDistribution(0.80, 0.94, step=0.01)
+    assert 0.94 in sampler._candidates(dist, 0.92)
+    assert 0.93 in sampler._candidates(dist, 0.92) and 0.96 not in sampler._candidates(dist, 0.92)
