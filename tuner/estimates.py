@@ -33,7 +33,6 @@ the target. The proxy's launches still count towards a configuration's estimate.
 from __future__ import annotations
 
 import math
-import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
@@ -276,13 +275,11 @@ def _beyond(t: FrozenTrial, centre: float, sd: float, on_target: bool) -> bool:
 
 
 def _centre(launches: Sequence[FrozenTrial]) -> tuple[float, bool]:
-    """The median log(objective) of ``launches`` and whether it is the target's: of the
-    target launches where there are two or more, else of the proxy's, else of all."""
-    target = [t for t in launches if trial_record.fidelity(t) == "target"]
-    proxy = [t for t in launches if trial_record.fidelity(t) != "target"]
-    ref = target if len(target) >= 2 else proxy if len(proxy) >= 2 else list(launches)
-    on_target = all(trial_record.fidelity(t) == "target" for t in ref)
-    return statistics.median(math.log(t.values[-1]) for t in ref), on_target
+    """The median launch of ``launches`` (the lower of the middle two of an even number):
+    its log(objective), and whether it was measured on the target workload. A launch, not
+    an average, so that one glitch among three cannot move it."""
+    middle = sorted(launches, key=lambda t: t.values[-1])[(len(launches) - 1) // 2]
+    return math.log(middle.values[-1]), trial_record.fidelity(middle) == "target"
 
 
 def outlier_verdicts(trials: Sequence[FrozenTrial]) -> dict[int, str]:
