@@ -15,6 +15,7 @@ dozen tokens) so that a trial lasts a few seconds.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -321,6 +322,9 @@ def test_sshd_stopped_mid_trial_and_back_requeues_the_trial(workdir: Path):
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
+                for pid in emulator_pids(port):  # a failed test leaves no server on the host
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(os.getpgid(pid), signal.SIGTERM)
         took = time.monotonic() - began
         assert proc.returncode == 0, out
         assert "Traceback" not in out
