@@ -636,14 +636,17 @@ class Search:
 
     def _measured(self, key: str | None, number: int) -> FrozenTrial | None:
         """A trial that ran the same server (by the resolved server, see :mod:`tuner.resolution`);
-        never a launch flagged as an outlier (its value is in doubt, or a glitch)."""
-        for t in self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)):
+        never a launch in doubt as an outlier, or dropped as one (:mod:`tuner.estimates`)."""
+        trials = self.study.get_trials(deepcopy=False)
+        doubtful = {n for n, v in estimates.outlier_verdicts(trials).items() if v != estimates.KEPT}
+        for t in trials:
             if (
-                t.number != number
+                t.state in (TrialState.COMPLETE, TrialState.PRUNED)
+                and t.number != number
                 and budget.has_verdict(t)
                 and trial_record.server_key(t) == key
                 and trial_record.reused_from(t) is None
-                and trial_record.OUTLIER not in t.user_attrs
+                and t.number not in doubtful
             ):
                 return t
         return None
