@@ -7,6 +7,7 @@ Everything here starts processes on loopback only and stops them by pid.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pwd
 import shlex
@@ -133,6 +134,7 @@ class SshServer:
     config_file: Path
     control_dir: Path
     home: Path
+    proc: subprocess.Popen | None = None
 
     def transport(self, **kw) -> SshTransport:
         """An :class:`SshTransport` to ``localhost`` through this server."""
@@ -140,16 +142,76 @@ class SshServer:
             "localhost", config_file=self.config_file, control_dir=self.control_dir, connect_timeout_s=5, **kw
         )
 
+    def start(self) -> None:
+        """Start sshd listening on :attr:`port` (again, after :meth:`stop`)."""
+        with open(self.home / "sshd.log", "ab") as sshd_log:
+            proc = subprocess.Popen(
+                [str(SSHD), "-D", "-e", "-f", str(self.home / "sshd_config")],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=sshd_log,
+                start_new_session=True,
+            )
+        self.proc = proc
+        if not wait_until(lambda: _accepts(self.port) or proc.poll() is not None, 10):
+            self.stop()
+            pytest.fail("sshd did not start listening")
+        if proc.poll() is not None:
+            pytest.fail(f"sshd exited: {(self.home / 'sshd.log').read_text()}")
+
+    def stop(self) -> None:
+        """Stop sshd as stopping a host's ssh service does: the listener and the
+        connections it serves. Each connection's sshd runs in a session of its own (sshd
+        calls setsid), so they are found as the listener's descendants, by pid. A server
+        started through ssh with ``setsid ... &`` left that tree when its starting shell
+        exited, and keeps running (as on a real host)."""
+        proc, self.proc = self.proc, None
+        if proc is None:
+            return
+        served = descendants(proc.pid)
+        for pid in [proc.pid, *served]:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        if not wait_until(lambda: not any(pid_alive(p) for p in served), 5):
+            for pid in served:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+
+
+def descendants(pid: int) -> list[int]:
+    """Live processes below ``pid`` (children, their children...), found through /proc."""
+    parents: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            parents[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+    found, frontier = [], [pid]
+    while frontier:
+        parent = frontier.pop()
+        children = [child for child, ppid in parents.items() if ppid == parent]
+        found += children
+        frontier += children
+    return [p for p in found if pid_alive(p)]
+
 
 def _keygen(path: Path) -> None:
     subprocess.run([SSH_KEYGEN, "-q", "-t", "ed25519", "-N", "", "-f", str(path)], check=True)
 
 
-@pytest.fixture(scope="module")
-def sshd() -> Iterator[SshServer]:
+@contextlib.contextmanager
+def running_sshd() -> Iterator[SshServer]:
     """Debian's OpenSSH server on a loopback port, with its own host key, user key,
-    authorized_keys, sshd_config and client ssh_config, all in a temporary directory.
-    Skipped when ``/usr/sbin/sshd`` is not installed (Debian: ``openssh-server``)."""
+    authorized_keys, sshd_config and client ssh_config, all in a temporary directory;
+    stopped at the end. Skips the test when ``/usr/sbin/sshd`` is not installed (Debian:
+    ``openssh-server``)."""
     if not SSHD.exists():
         pytest.skip("/usr/sbin/sshd is missing: install the openssh-server package")
     if shutil.which("ssh") is None:
@@ -179,31 +241,22 @@ def sshd() -> Iterator[SshServer]:
             # sshd running as root needs its privilege-separation directory (the
             # distribution's service unit creates it at boot).
             Path("/run/sshd").mkdir(mode=0o755, parents=True, exist_ok=True)
-        with open(root / "sshd.log", "wb") as sshd_log:
-            proc = subprocess.Popen(
-                [str(SSHD), "-D", "-e", "-f", str(root / "sshd_config")],
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=sshd_log,
-                start_new_session=True,
-            )
+        server = SshServer(port=port, config_file=root / "ssh_config", control_dir=root / "cm", home=root)
+        server.start()
         try:
-            if not wait_until(lambda: _accepts(port) or proc.poll() is not None, 10):
-                pytest.fail("sshd did not start listening")
-            if proc.poll() is not None:
-                pytest.fail(f"sshd exited: {(root / 'sshd.log').read_text()}")
-            server = SshServer(port=port, config_file=root / "ssh_config", control_dir=root / "cm", home=root)
             yield server
             server.transport().close()
         finally:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            server.stop()
     finally:
         shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def sshd() -> Iterator[SshServer]:
+    """A throwaway sshd on loopback for the module's tests (see :func:`running_sshd`)."""
+    with running_sshd() as server:
+        yield server
 
 
 def _accepts(port: int) -> bool:

@@ -33,6 +33,11 @@ class PgUrl(str):
         obj.ctl = ctl
         return obj
 
+    @property
+    def log_path(self) -> Path:
+        """The server's log (``pg_ctl -l``): connections refused, statements that failed."""
+        return Path(self.ctl[self.ctl.index("-l") + 1])
+
     def stop(self) -> None:
         subprocess.run([*self.ctl, "-m", "fast", "-w", "stop"], check=True, capture_output=True, timeout=120)
 
@@ -41,8 +46,11 @@ class PgUrl(str):
 
 
 @contextlib.contextmanager
-def postgres_server() -> Iterator[str]:
-    """Yield a SQLAlchemy URL of a fresh database on a private server (a :class:`PgUrl`)."""
+def postgres_server(password: str | None = None) -> Iterator[str]:
+    """Yield a SQLAlchemy URL of a fresh database on a private server (a :class:`PgUrl`).
+
+    ``password``: TCP connections must authenticate with it (scram-sha-256), and the URL
+    carries it; without, the server trusts every connection."""
     bindir = pg_bin()
     if bindir is None:
         raise FileNotFoundError("PostgreSQL server binaries not found (apt-get install postgresql)")
@@ -57,7 +65,14 @@ def postgres_server() -> Iterator[str]:
         for path in (base, sock):
             os.chown(path, pw.pw_uid, pw.pw_gid)
     port = free_port()
-    run = dict(check=True, capture_output=True, timeout=120)
+    run: dict = dict(check=True, capture_output=True, timeout=120)
+    auth = ["--auth=trust"]
+    if password is not None:
+        pwfile = base / "pwfile"
+        pwfile.write_text(password + "\n")
+        if as_root:
+            os.chown(pwfile, pw.pw_uid, pw.pw_gid)
+        auth = ["--auth-local=trust", "--auth-host=scram-sha-256", f"--pwfile={pwfile}"]
     try:
         subprocess.run(
             [
@@ -67,7 +82,7 @@ def postgres_server() -> Iterator[str]:
                 str(data),
                 "-U",
                 "postgres",
-                "--auth=trust",
+                *auth,
                 "-E",
                 "UTF8",
                 "--no-sync",
@@ -102,6 +117,7 @@ def postgres_server() -> Iterator[str]:
                     "postgres",
                     "tuner",
                 ],
+                env=dict(os.environ, PGPASSWORD=password or ""),
                 **run,
             )
             options = f"-p {port} -k {sock} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=200"
@@ -115,7 +131,8 @@ def postgres_server() -> Iterator[str]:
                 "-o",
                 options,
             ]
-            yield PgUrl(f"postgresql+psycopg://postgres@127.0.0.1:{port}/tuner", ctl)
+            user = "postgres" if password is None else f"postgres:{password}"
+            yield PgUrl(f"postgresql+psycopg://{user}@127.0.0.1:{port}/tuner", ctl)
         finally:
             subprocess.run(
                 [*prefix, str(bindir / "pg_ctl"), "-D", str(data), "-m", "fast", "-w", "stop"],

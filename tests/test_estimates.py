@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import optuna
@@ -12,10 +13,14 @@ from optuna.trial import TrialState
 from tests.test_study import make_search
 from tuner import estimates
 from tuner.budget import verdicts
+from tuner.cli import main
 from tuner.estimates import best_record
+from tuner.measurers import Measurer, SimMeasurer
+from tuner.objectives import Objective
 from tuner.sim.serving import DEFAULT_NOISE
 from tuner.space import load_space, resolve_space
-from tuner.trial_record import MODEL_PICK, REPEAT_OF
+from tuner.study import Search
+from tuner.trial_record import MODEL_PICK, OUTLIER, OUTLIER_CHECK, REPEAT_OF
 
 REFERENCE = "kimi-k2.6-8x-rtx-pro-6000"
 DIST = {"ep_size": CategoricalDistribution([1, 4, 8])}
@@ -123,3 +128,166 @@ def test_the_end_of_the_budget_launches_the_models_pick(workdir: Path):
         assert t.params != leader.params
         earlier = {u.user_attrs.get("config_key") for u in trials[: t.number]}
         assert t.user_attrs["config_key"] not in earlier
+
+
+# --------------------------------------------------------------------------- outliers
+
+
+def test_a_flagged_launch_waits_for_its_re_measurement_then_is_kept_or_dropped():
+    flagged = {"outlier": {"expected": 700.0, "measured": 3000.0, "z": 9.0}}
+    trials = [_trial(0, 8, 1000.0), _trial(1, 4, 990.0), _trial(2, 1, 3000.0, **flagged)]
+    ev = estimates.evidence(trials)
+    assert ev.outliers == {2: estimates.PENDING}
+    assert ev.recommended().key == "ep8"  # not the single flagged launch
+    dropped = estimates.evidence([*trials, _trial(3, 1, 710.0, outlier_check=2)])
+    assert dropped.outliers == {2: estimates.DROPPED}
+    assert [e.numbers for e in dropped.estimates if e.key == "ep1"] == [(3,)]  # the glitch counts nowhere
+    kept = estimates.evidence([*trials, _trial(3, 1, 2950.0, outlier_check=2)])
+    assert kept.outliers == {2: estimates.KEPT}
+    assert kept.recommended().key == "ep1" and kept.recommended().numbers == (2, 3)  # pooled as usual
+
+
+def test_a_re_measurement_that_disagrees_with_the_leader_asks_a_third_launch_to_vote():
+    """The glitch went unnoticed (its configuration's values were new to the study), and the
+    leader's re-measurement disagrees with it: two launches cannot tell which is wrong, a
+    third decides by the median, and the glitch is dropped."""
+    disagrees = {"outlier": {"expected": 3000.0, "measured": 1000.0, "z": -39.0}}
+    trials = [_trial(0, 8, 3000.0), _trial(1, 4, 990.0), _trial(2, 8, 1000.0, **disagrees)]
+    ev = estimates.evidence(trials)
+    assert ev.outliers == {2: estimates.PENDING} and ev.recommended().key == "ep4"
+    voted = estimates.evidence([*trials, _trial(3, 8, 1010.0, outlier_check=2)])
+    assert voted.outliers == {0: estimates.DROPPED, 2: estimates.KEPT}
+    assert voted.recommended().key == "ep8" and voted.recommended().numbers == (2, 3)
+
+
+def test_a_launch_far_above_what_the_study_expects_is_an_outlier_when_it_would_lead():
+    trials = [_trial(0, 8, 1000.0), _trial(1, 4, 990.0), _trial(2, 1, 700.0), _trial(3, 8, 1010.0)]
+    glitch = estimates.outlier(trials, _trial(4, 1, 2100.0))  # 3x its earlier launch
+    assert glitch is not None and glitch["z"] > estimates.OUTLIER_Z
+    assert glitch["expected"] == pytest.approx(700.0, rel=0.05) and glitch["measured"] == 2100.0
+    assert estimates.outlier(trials, _trial(4, 1, 712.0)) is None  # within the noise
+    assert estimates.outlier(trials, _trial(4, 1, 1500.0, outlier_check=2)) is None  # a re-measurement judges
+    # Far from expected but not changing the recommendation: nothing to protect.
+    assert estimates.outlier(trials, _trial(4, 1, 350.0)) is None
+
+
+class GlitchedServer(Measurer):
+    """STAND-IN for a glitched server: the simulator, except that one launch (``label``)
+    measures ``factor`` times its real throughput at every level, as a server whose clock
+    stalled or whose answers came from a cache would."""
+
+    backend = "sim"
+
+    def __init__(self, inner: Measurer, label: str, factor: float = 3.0):
+        self.inner, self.label, self.factor = inner, label, factor
+
+    def measure(self, spec, workload, objective, *, trial_label, seed, on_level, levels=None):
+        def inflated(i, metrics, goodput):
+            if trial_label == self.label:  # the measurement's own record, seen by the study
+                metrics.output_tok_s *= self.factor
+            return on_level(i, metrics, goodput)
+
+        return self.inner.measure(
+            spec, workload, objective, trial_label=trial_label, seed=seed, on_level=inflated, levels=levels
+        )
+
+
+#: Six configurations of the small space measured in this order (every value of the sixth
+#: measured before it), then one more queued behind them.
+GLITCH_PLAN = [(8, False, False), (4, False, False), (1, False, False), (8, False, True), (4, False, True),
+               (1, False, True), (8, True, False)]  # fmt: skip
+GLITCHED = 5
+
+
+def _glitched_study(space, budget: int) -> Search:
+    search = Search(
+        space,
+        GlitchedServer(SimMeasurer(space.hardware, space.model, noise=DEFAULT_NOISE), f"trial-{GLITCHED}"),
+        study_name="small",
+        storage="sqlite:///studies/small.db",
+        objective=Objective(),
+        seed=1,
+        budget=budget,
+        prune=False,
+    )
+    for ep, eplb, no_graph in GLITCH_PLAN:
+        search.study.enqueue_trial({"ep_size": ep, "enable_eplb": eplb, "disable_cuda_graph": no_graph})
+    search.run()
+    return search
+
+
+def _best_json(capsys) -> dict:
+    capsys.readouterr()
+    assert main(["best", "--study", "small", "--format", "json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_a_glitched_launch_is_measured_again_first_and_best_is_not_fooled(space, workdir: Path, capsys):
+    search = _glitched_study(space, 8)
+    trials = sorted(search.study.get_trials(), key=lambda t: t.number)
+    glitch = trials[GLITCHED]
+    assert glitch.user_attrs[OUTLIER]["z"] > estimates.OUTLIER_Z
+    (check,) = [t for t in trials if t.user_attrs.get(OUTLIER_CHECK) == GLITCHED]
+    assert check.params == glitch.params and "reused_from" not in check.user_attrs
+    # Measured before anything else: before the configuration queued ahead of it.
+    queued = trials[len(GLITCH_PLAN) - 1]
+    assert check.datetime_start < queued.datetime_start
+    honest = [t.value for t in trials if t.number != GLITCHED and estimates.measured(t)]
+    assert glitch.value > 2 * max(honest)
+    best = _best_json(capsys)
+    assert GLITCHED not in best["runs"] and best["estimate"] < 1.1 * max(honest)
+    assert estimates.outlier_verdicts(trials) == {GLITCHED: estimates.DROPPED}
+    capsys.readouterr()
+    assert main(["trials", "--study", "small"]) == 0
+    assert "outlier, dropped: its configuration's other launches disagree with it" in capsys.readouterr().out
+
+
+def test_a_glitched_launch_not_measured_again_yet_is_not_recommended(space, workdir: Path, capsys):
+    search = _glitched_study(space, GLITCHED + 1)  # the budget ends with the glitched launch
+    assert estimates.outlier_verdicts(search.study.get_trials()) == {GLITCHED: estimates.PENDING}
+    best = _best_json(capsys)
+    assert best["trial"] != GLITCHED and GLITCHED not in best["runs"]
+    assert [o["trial"] for o in best["confidence"]["outliers_re_measuring"]] == [GLITCHED]
+    assert main(["best", "--study", "small"]) == 0
+    assert f"trial #{GLITCHED}: " in capsys.readouterr().out  # the unit's notes say why it is not named
+    assert main(["trials", "--study", "small"]) == 0
+    assert "outlier, re-measuring" in capsys.readouterr().out
+    # A larger budget measures it again first (ahead of the configuration queued before).
+    search.budget += 1
+    search.run()
+    trials = sorted(search.study.get_trials(), key=lambda t: t.number)
+    ran = [t for t in trials if t.number > GLITCHED and t.state == TrialState.COMPLETE]
+    assert [t.user_attrs.get(OUTLIER_CHECK) for t in ran] == [GLITCHED]
+    assert estimates.outlier_verdicts(trials) == {GLITCHED: estimates.DROPPED}
+
+
+def test_a_proposal_of_the_glitched_configuration_copies_its_re_measurement(space, workdir: Path):
+    search = _glitched_study(space, 8)
+    glitched = search.study.get_trials()[GLITCHED]
+    search.study.enqueue_trial(dict(glitched.params))
+    search.budget += 1
+    search.run()
+    again = search.study.get_trials()[-1]
+    (check,) = [t for t in search.study.get_trials() if t.user_attrs.get(OUTLIER_CHECK) == GLITCHED]
+    assert again.user_attrs["reused_from"] == check.number and again.value == check.value
+
+
+def test_a_glitched_launch_sets_no_pruning_bar(space, workdir: Path):
+    """Pruning on: the glitched launch's 3x levels would cut every later trial at its first
+    level; flagged, they set no bar, and its re-measurement is never cut."""
+    search = Search(
+        space,
+        GlitchedServer(SimMeasurer(space.hardware, space.model, noise=DEFAULT_NOISE), f"trial-{GLITCHED}"),
+        study_name="small",
+        storage="sqlite:///studies/small.db",
+        objective=Objective(),
+        seed=1,
+        budget=len(GLITCH_PLAN) + 1,
+    )
+    for ep, eplb, no_graph in GLITCH_PLAN:
+        search.study.enqueue_trial({"ep_size": ep, "enable_eplb": eplb, "disable_cuda_graph": no_graph})
+    search.run()
+    trials = search.study.get_trials()
+    (check,) = [t for t in trials if t.user_attrs.get(OUTLIER_CHECK) == GLITCHED]
+    assert check.state == TrialState.COMPLETE
+    assert estimates.outlier_verdicts(trials) == {GLITCHED: estimates.DROPPED}

@@ -15,8 +15,10 @@ dozen tokens) so that a trial lasts a few seconds.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -25,9 +27,11 @@ import time
 from pathlib import Path
 
 import optuna
+import psycopg
 import pytest
 from optuna.trial import TrialState
 
+from tests.fixtures_launchers import SshServer, running_sshd
 from tests.helpers import emulator_pids
 from tests.postgres import pg_bin, postgres_server
 from tuner import budget
@@ -78,9 +82,9 @@ def env_for(workdir: Path, **extra: str) -> dict[str, str]:
     )
 
 
-def search_argv(space: Path, n: int, *extra: str) -> list[str]:
+def search_argv(space: Path, n: int, *extra: str, backend: str = "local") -> list[str]:
     return [
-        sys.executable, "-m", "tuner", "search", "--backend", "local", "--space", str(space),
+        sys.executable, "-m", "tuner", "search", "--backend", backend, "--space", str(space),
         "--budget", str(n), "--health-timeout", "30", "--no-annotate", "--seed", "1", "--no-prune", *extra,
     ]  # fmt: skip
 
@@ -91,9 +95,11 @@ def run_search(space: Path, n: int, env: dict[str, str], *extra: str) -> subproc
     )
 
 
-def start_search(space: Path, n: int, env: dict[str, str], *extra: str) -> subprocess.Popen[str]:
+def start_search(
+    space: Path, n: int, env: dict[str, str], *extra: str, backend: str = "local"
+) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        search_argv(space, n, *extra),
+        search_argv(space, n, *extra, backend=backend),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -262,6 +268,77 @@ def test_a_setup_error_stops_the_study_after_at_most_3_launches(workdir: Path):
     assert emulator_pids(port) == []
 
 
+def ssh_client_for(workdir: Path, server: SshServer) -> str:
+    """A directory to put first on PATH: its ``ssh`` is the system client reading the test
+    sshd's client configuration, as a user's ``~/.ssh/config`` names a GPU host."""
+    bindir = workdir / "bin"
+    bindir.mkdir()
+    ssh = bindir / "ssh"
+    ssh.write_text(f'#!/bin/sh\nexec {shutil.which("ssh")} -F {server.config_file} "$@"\n')
+    ssh.chmod(0o755)
+    return str(bindir)
+
+
+def streams_to(port: int) -> int:
+    """Established TCP connections to ``127.0.0.1:port`` (its server's side), from
+    /proc/net/tcp: the requests a server is answering now."""
+    local = f"0100007F:{port:04X}"
+    rows = Path("/proc/net/tcp").read_text().splitlines()[1:]
+    return sum(1 for row in rows if row.split()[1] == local and row.split()[3] == "01")
+
+
+#: How long the ssh host's sshd stays down: longer than a trial's remaining requests take
+#: to fail, well within the transport's reconnection window (RECONNECT_S).
+SSHD_DOWN_S = 3.0
+
+
+def test_sshd_stopped_mid_trial_and_back_requeues_the_trial(workdir: Path):
+    """The GPU host's sshd stops in the middle of a sweep (listener and connections, as
+    stopping the ssh service does) and is back 3 s later. The remote server keeps running;
+    the port forward's connection is cut, so the requests in flight fail for the host's
+    reasons: the trial fails as ``unreachable`` (no verdict on its configuration), its
+    server is stopped once ssh answers again, and its configuration is measured again,
+    first, in the same run."""
+    port = free_port()
+    workload = "{kind: burst, levels: [1, 16], max_tokens: 400, single_max_tokens: 200}"
+    # The remote login's PATH has the system python3, not this one (as a GPU host's would).
+    command = EMULATOR.replace("python3", sys.executable).replace('"20"', '"4"')
+    space = fault_space(workdir, port, command=command, workload=workload)
+    with running_sshd() as server:
+        env = env_for(workdir)
+        env["PATH"] = ssh_client_for(workdir, server) + os.pathsep + env["PATH"]
+        began = time.monotonic()
+        proc = start_search(space, 2, env, "--hosts", "localhost", backend="ssh")
+        try:
+            # Into the sweep: the C=16 level's streams are open (through the forward).
+            wait_for(lambda: streams_to(port) >= 8, 60, "the first trial's C=16 level")
+            remote = emulator_pids(port)  # the wrapper shell and the server
+            server.stop()
+            assert remote and emulator_pids(port) == remote  # they outlive the host's sshd
+            time.sleep(SSHD_DOWN_S)
+            server.start()
+            out = proc.communicate(timeout=RUN_TIMEOUT_S)[0]
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+                for pid in emulator_pids(port):  # a failed test leaves no server on the host
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(os.getpgid(pid), signal.SIGTERM)
+        took = time.monotonic() - began
+        assert proc.returncode == 0, out
+        assert "Traceback" not in out
+        trials = trials_of(workdir)
+        cut = [t for t in trials if t.user_attrs.get("failure_class") == "unreachable"]
+        assert len(cut) == 1, [(t.number, t.user_attrs.get("reason")) for t in trials]
+        assert "dropped while the server was measured" in cut[0].user_attrs["reason"]
+        assert [lv["concurrency"] for lv in cut[0].user_attrs["levels"]] == [1]  # C=16 was cut: not stored
+        assert_row(trials, 2, port)
+        for slot in Path.home().joinpath(".cache", "tuner").glob(f"tuner-{port}.*"):
+            slot.unlink()  # the remote slot files of this port (the pid file is gone already)
+    assert took < 60, took
+
+
 @pytest.mark.skipif(pg_bin() is None, reason="PostgreSQL server binaries not installed")
 def test_postgres_restarted_mid_study_three_workers_reach_the_budget(workdir: Path):
     """Three workers (processes) on the simulator share a study on PostgreSQL; the database
@@ -316,6 +393,39 @@ def test_postgres_restarted_mid_study_three_workers_reach_the_budget(workdir: Pa
     assert budget.verdicts(trials) == 24
     assert not [t for t in trials if t.state == TrialState.RUNNING]
     assert not [t for t in trials if t.state == TrialState.WAITING and "failed_trial" in t.system_attrs]
+
+
+@pytest.mark.skipif(pg_bin() is None, reason="PostgreSQL server binaries not installed")
+def test_a_wrong_database_password_is_one_line_and_not_retried(workdir: Path):
+    """PostgreSQL refuses the password: each command says so in one line with exit 2, never
+    prints the password, tries once (the server logs one refused login per command, where a
+    retried one would log :data:`tuner.storage.OPEN_ATTEMPTS`), and creates nothing."""
+    wrong = "Wrong-Pass-4711"
+    with postgres_server(password="Right-Pass-0815") as url:
+        bad = url.replace("Right-Pass-0815", wrong)
+        commands = (
+            ["search", "--budget", "2", "--study", "pgauth"],
+            ["best", "--study", "pgauth"],
+            ["trials"],
+        )
+        for cmd in commands:
+            done = subprocess.run(
+                [sys.executable, "-m", "tuner", *cmd, "--storage", bad],
+                capture_output=True, text=True, timeout=60, env=env_for(workdir),
+            )  # fmt: skip
+            printed = done.stdout + done.stderr
+            assert done.returncode == 2, printed
+            assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in printed, printed
+            assert 'password authentication failed for user "postgres"' in done.stderr
+            assert wrong not in printed
+        refused = url.log_path.read_text().count("password authentication failed")
+        assert refused == len(commands)  # one login per command: not retried
+        with psycopg.connect(url.replace("postgresql+psycopg", "postgresql")) as conn:
+            tables = conn.execute(
+                "select count(*) from information_schema.tables where table_schema = 'public'"
+            )
+            assert tables.fetchone() == (0,)  # no schema, no study
+    assert not (workdir / "studies").exists()
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="mounting a small file system needs root")

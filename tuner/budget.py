@@ -115,9 +115,10 @@ def reap_orphans(study: optuna.Study) -> list[int]:
 
 def ask(study: optuna.Study) -> optuna.Trial:
     """The next trial: a queued-again configuration first (interrupted, orphaned, stale
-    or setup-failed trials' copies), then the queue in order, then a new proposal."""
+    or setup-failed trials' copies, and re-measurements of outliers), then the queue in
+    order, then a new proposal."""
     for t in study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
-        if "failed_trial" not in t.system_attrs:
+        if "failed_trial" not in t.system_attrs and trial_record.OUTLIER_CHECK not in t.user_attrs:
             continue
         try:
             if study._storage.set_trial_state_values(t._trial_id, state=TrialState.RUNNING):

@@ -15,6 +15,15 @@ standing in until there are some.
 Only trials that launched a server and met every constraint count; a reused trial (a copy
 of another's result) adds no measurement.
 
+A launch can also be wrong without failing: a server that glitched (a stalled clock, a
+cache answering, a level cut short) measures a value the configuration does not have. So
+a launch that would change the recommendation and lies more than :data:`OUTLIER_Z`
+standard deviations from what the rest of the study expects of it (:func:`outlier`) is
+flagged and measured again before anything else. Until then its configuration is
+recommended over no unflagged one; once re-measured, the flagged launch counts when the
+re-measurement agrees with it and is dropped as a glitch when it does not
+(:func:`outlier_verdicts`).
+
 A study that screens on a proxy (:mod:`tuner.fidelity`) recommends only configurations
 measured on the target workload when it has any: a proxy value is a lower bound of the
 target value (it misses the levels the proxy leaves out), and what the deployment serves is
@@ -25,7 +34,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
@@ -42,6 +51,15 @@ NOISE_PRIOR_WEIGHT = 2.0
 #: Standard errors subtracted from a configuration's mean to rank it: one keeps a lucky
 #: single run from outranking a configuration confirmed by a second launch.
 CONFIDENCE_Z = 1.0
+#: Standard deviations (of log(objective): the prediction's and one launch's noise) by which
+#: a launch must miss what the study expects of it to be flagged as an outlier, and by
+#: which a re-measurement must disagree with it to drop it. The three-sigma limit of
+#: Shewhart's control charts: under the noise model, one false flag in ~370 launches
+#: (two-sided), and a false flag costs one launch.
+OUTLIER_Z = 3.0
+#: Outlier verdicts (:func:`outlier_verdicts`): awaiting its re-measurement, confirmed by
+#: it, or dropped as a glitch.
+PENDING, KEPT, DROPPED = "pending", "kept", "dropped"
 
 
 @dataclass(frozen=True)
@@ -58,6 +76,9 @@ class Estimate:
     #: Mean and standard deviation of log(objective) pooled with the other configurations'
     #: launches (see :mod:`tuner.effects`); None ranks by the own launches alone.
     pooled: tuple[float, float] | None = None
+    #: Of ``numbers``, launches flagged as outliers and not re-measured yet: the
+    #: configuration is recommended over no configuration without one.
+    pending: tuple[int, ...] = ()
 
     @property
     def runs(self) -> int:
@@ -141,6 +162,8 @@ class Evidence:
     estimates: list[Estimate]
     noise: float
     model: effects.Effects | None
+    #: Each flagged launch's verdict (:func:`outlier_verdicts`), by trial number.
+    outliers: dict[int, str] = field(default_factory=dict)
 
     def leader(self) -> Estimate | None:
         """The best configuration (see :func:`leader`), whatever it was measured on."""
@@ -148,9 +171,11 @@ class Evidence:
 
     def recommended(self) -> Estimate | None:
         """The configuration to recommend: the best of those measured on the target workload,
-        or the best of all while none is."""
-        confirmed = [e for e in self.estimates if e.confirmed]
-        return leader(confirmed, self.noise) if confirmed else self.leader()
+        or the best of all while none is; one with an outlier awaiting its re-measurement
+        only where every configuration has one."""
+        sure = [e for e in self.estimates if not e.pending] or self.estimates
+        confirmed = [e for e in sure if e.confirmed]
+        return leader(confirmed or sure, self.noise) if sure else None
 
 
 def evidence(trials: Iterable[FrozenTrial]) -> Evidence:
@@ -158,9 +183,13 @@ def evidence(trials: Iterable[FrozenTrial]) -> Evidence:
     trial's parameters where a trial has none), first measured first, pooled by one fit of
     the additive model."""
     trials = sorted(trials, key=lambda t: t.number)
+    verdicts = outlier_verdicts(trials)
+    # A launch dropped as a glitch counts nowhere; one awaiting its re-measurement counts for
+    # its own configuration only (marked pending), not in the model the others are pooled by.
+    unsure = {n for n, v in verdicts.items() if v != KEPT}
     groups: dict[str, list[FrozenTrial]] = {}
     for t in trials:
-        if launched(t):
+        if launched(t) and verdicts.get(t.number) != DROPPED:
             groups.setdefault(_key(t), []).append(t)
     groups = {k: ts for k, ts in groups.items() if feasible_on_average(ts)}
     ests = [
@@ -170,18 +199,19 @@ def evidence(trials: Iterable[FrozenTrial]) -> Evidence:
             tuple(t.values[-1] for t in ts),
             tuple(t.number for t in ts),
             tuple(t.number for t in ts if trial_record.fidelity(t) == "target"),
+            pending=tuple(t.number for t in ts if verdicts.get(t.number) == PENDING),
         )
         for k, ts in groups.items()
     ]
     sigma = noise(ests)
     if not ests:
-        return Evidence(ests, sigma, None)
-    fitted = model(trials, sigma)
+        return Evidence(ests, sigma, None, verdicts)
+    fitted = model([t for t in trials if t.number not in unsure], sigma)
     # A configuration that measured nothing (all requests failed) keeps its own mean of 0.
     pooled = [
         replace(e, pooled=fitted.predict(e.trial.params, e.key)) if min(e.values) > 0 else e for e in ests
     ]
-    return Evidence(pooled, sigma, fitted)
+    return Evidence(pooled, sigma, fitted, verdicts)
 
 
 def estimates(trials: Iterable[FrozenTrial]) -> list[Estimate]:
@@ -223,8 +253,126 @@ def noise(ests: Iterable[Estimate]) -> float:
 
 def leader(ests: Sequence[Estimate], sigma: float) -> Estimate:
     """The estimate with the best score (mean less its standard error); on ties the first
-    measured."""
-    return max(ests, key=lambda e: (e.score(sigma), -e.trial.number))
+    measured. A configuration with an outlier awaiting its re-measurement leads only where
+    every configuration has one."""
+    sure = [e for e in ests if not e.pending] or ests
+    return max(sure, key=lambda e: (e.score(sigma), -e.trial.number))
+
+
+def _beyond(t: FrozenTrial, centre: float, sd: float, on_target: bool) -> bool:
+    """Whether launch ``t`` lies more than :data:`OUTLIER_Z` deviations ``sd`` from
+    ``centre`` (log(objective)), measured on the target workload (``on_target``) or on the
+    proxy. Across the two, only one side is impossible: a proxy value is a lower bound of
+    the target value, so a proxy launch is off only far above a target centre, and a
+    target launch only far below a proxy centre."""
+    gap = math.log(t.values[-1]) - centre
+    proxy = trial_record.fidelity(t) != "target"
+    if proxy and on_target:
+        return gap > OUTLIER_Z * sd
+    if not proxy and not on_target:
+        return gap < -OUTLIER_Z * sd
+    return abs(gap) > OUTLIER_Z * sd
+
+
+def _centre(launches: Sequence[FrozenTrial]) -> tuple[float, bool]:
+    """The median launch of ``launches`` (the lower of the middle two of an even number):
+    its log(objective), and whether it was measured on the target workload. A launch, not
+    an average, so that one glitch among three cannot move it."""
+    middle = sorted(launches, key=lambda t: t.values[-1])[(len(launches) - 1) // 2]
+    return math.log(middle.values[-1]), trial_record.fidelity(middle) == "target"
+
+
+def outlier_verdicts(trials: Sequence[FrozenTrial]) -> dict[int, str]:
+    """Verdicts on the launches of configurations with a launch flagged as an outlier
+    (:data:`trial_record.OUTLIER`), by trial number.
+
+    With three launches or more, the launches vote: one beyond :data:`OUTLIER_Z` standard
+    deviations of their median (:func:`_centre`, :func:`_beyond`; a launch's noise against
+    the others' centre) is :data:`DROPPED`, flagged or not (an earlier glitch that a
+    re-measurement exposed), and a flagged one that is not is :data:`KEPT`. With two, a
+    launch flagged against the model (the first of its configuration) is judged by the
+    later one; a launch flagged for disagreeing with the earlier one cannot be told from
+    it, so it stays :data:`PENDING` (as a single flagged launch does) until a third
+    decides. The noise is the study's, from the configurations with no flagged launch."""
+    flagged = {t.number for t in trials if launched(t) and trial_record.OUTLIER in t.user_attrs}
+    if not flagged:
+        return {}
+    groups: dict[str, list[FrozenTrial]] = {}
+    for t in trials:
+        if launched(t) and t.values[-1] > 0:
+            groups.setdefault(_key(t), []).append(t)
+    sigma = noise(  # from the configurations not in doubt: a glitch would widen it
+        Estimate(k, ts[0], tuple(t.values[-1] for t in ts), tuple(t.number for t in ts))
+        for k, ts in groups.items()
+        if not any(t.number in flagged for t in ts)
+    )
+    verdicts: dict[int, str] = {}
+    for launches in groups.values():
+        doubted = [t for t in launches if t.number in flagged]
+        if not doubted:
+            continue
+        if len(launches) >= 3:
+            centre, on_target = _centre(launches)
+            sd = sigma * math.sqrt(1.0 + 1.0 / (len(launches) - 1))
+            for t in launches:
+                if _beyond(t, centre, sd, on_target):
+                    verdicts[t.number] = DROPPED
+                elif t.number in flagged:
+                    verdicts[t.number] = KEPT
+            continue
+        for t in doubted:
+            others = [o for o in launches if o is not t]
+            if not others or others[0].number < t.number:
+                verdicts[t.number] = PENDING
+                continue
+            later = others[0]
+            on_target = trial_record.fidelity(later) == "target"
+            off = _beyond(t, math.log(later.values[-1]), sigma * math.sqrt(2.0), on_target)
+            verdicts[t.number] = DROPPED if off else KEPT
+    return verdicts
+
+
+def outlier(trials: Sequence[FrozenTrial], launch: FrozenTrial) -> dict[str, float] | None:
+    """Whether ``launch`` (a launched trial, not among ``trials``) is an outlier against the
+    study's noise model. Only a launch that bears on the recommendation is judged: one
+    that would change it, or a launch of the recommended configuration. Its value is an
+    outlier when it lies more than :data:`OUTLIER_Z` standard deviations from what the
+    study expects of it: the mean of its configuration's earlier launches (one launch's
+    noise against their mean; those of its own fidelity where there are some, else
+    one-sided, see :func:`_beyond`), or, for a first launch, the additive model's
+    prediction from the other launches (the prediction's own deviation, wide for values
+    the study has not measured, and one launch's noise). Returns what to record (the
+    expected value, the measured one, the distance in standard deviations), else None. A
+    re-measurement of a flagged launch is never flagged itself: it is what judges."""
+    if not launched(launch) or trial_record.OUTLIER_CHECK in launch.user_attrs or launch.values[-1] <= 0:
+        return None
+    before = evidence(trials)
+    if before.model is None:
+        return None
+    key = _key(launch)
+    was = before.recommended()
+    after = evidence([*trials, launch]).recommended()
+    changes = after is not None and (was is None or after.key != was.key)
+    if not changes and (was is None or was.key != key):
+        return None
+    dropped = {n for n, v in before.outliers.items() if v == DROPPED}
+    earlier = [
+        t for t in trials if launched(t) and _key(t) == key and t.values[-1] > 0 and t.number not in dropped
+    ]
+    same = [t for t in earlier if trial_record.fidelity(t) == trial_record.fidelity(launch)]
+    ref = same or earlier
+    if ref:
+        centre = sum(math.log(t.values[-1]) for t in ref) / len(ref)
+        sd = before.noise * math.sqrt(1.0 + 1.0 / len(ref))
+        off = _beyond(launch, centre, sd, trial_record.fidelity(ref[0]) == "target")
+    else:
+        centre, spread = before.model.predict(launch.params, key)
+        sd = math.hypot(spread, before.noise)
+        off = abs(math.log(launch.values[-1]) - centre) > OUTLIER_Z * sd
+    if not off:
+        return None
+    z = (math.log(launch.values[-1]) - centre) / sd
+    return {"expected": math.exp(centre), "measured": launch.values[-1], "z": round(z, 2)}
 
 
 def best(trials: Iterable[FrozenTrial]) -> Estimate | None:

@@ -22,8 +22,9 @@ FailureClass = Literal[
 FAILURE_CLASSES: tuple[str, ...] = get_args(FailureClass)
 #: Classes that blame the host, not the configuration: the same failure whatever the
 #: parameters (a missing module or model path, a CUDA driver error, a port held by
-#: another service). Launches failing this way in a row stop the study.
-SETUP_CLASSES = frozenset({"setup", "port-busy"})
+#: another service, a host that stopped answering ssh). Their configurations are queued
+#: again; launches failing this way in a row stop the study.
+SETUP_CLASSES = frozenset({"setup", "port-busy", "unreachable"})
 
 
 class LaunchFailure(Exception):

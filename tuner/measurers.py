@@ -300,12 +300,16 @@ class LauncherMeasurer(Measurer):
             m.server_info = read_server_info(launcher.base_url())
             died = False
             bad_level: str | None = None
+            lost: LaunchFailure | None = None
 
             def on_records(level: LevelRecords) -> bool:
-                nonlocal died, bad_level
+                nonlocal died, bad_level, lost
                 if not launcher.alive():
                     died = True  # this level ran into a dying server: not a measurement
                     return False
+                lost = launcher.route_lost()
+                if lost is not None:
+                    return False  # the host's connection dropped: no verdict on the configuration
                 bad_level = failed_requests(level)
                 if bad_level is not None:
                     return False  # a level of failed requests is not a measurement either
@@ -320,6 +324,8 @@ class LauncherMeasurer(Measurer):
             if died or not launcher.alive():
                 m.status = "failed"
                 m.failure = launcher.classify_exit()
+            elif (route := lost or launcher.route_lost()) is not None:
+                m.status, m.failure = "failed", route
             elif bad_level is not None:
                 m.status, m.failure = "failed", LaunchFailure("request-errors", f"{trial_label}: {bad_level}")
         except watchdog.Hang as exc:

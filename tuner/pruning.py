@@ -7,6 +7,12 @@ are slower than TP at C=1 and faster at peak), so a trial is pruned only when it
 *far* below the best completed trial at the same level: a configuration that is merely
 second-best is never cut, one that is hopeless (EPLB on PCIe, no CUDA graphs) is cut
 after the first level.
+
+A launch in doubt as an outlier (:func:`tuner.estimates.outlier_verdicts`: a glitched
+server's 3x is the usual case) sets no bar until the launches of its configuration keep
+it. A re-measurement of a configuration (of a leader, or of a flagged launch) is never
+pruned: it is there to measure that configuration again, and what it measures is what
+tells a glitch from the configuration's value.
 """
 
 from __future__ import annotations
@@ -14,6 +20,8 @@ from __future__ import annotations
 import optuna
 from optuna.pruners import BasePruner
 from optuna.trial import FrozenTrial, TrialState
+
+from tuner import estimates, trial_record
 
 #: At the first level (single stream), prune below this share of the best completed trial.
 #: EP layouts run at ~0.66 of TP8 at C=1 yet win the peak; EPLB (~0.10) and no CUDA graphs
@@ -41,13 +49,18 @@ class RelativeToBestPruner(BasePruner):
 
     def prune(self, study: optuna.Study, trial: FrozenTrial) -> bool:
         step = trial.last_step
-        if step is None:
+        if step is None or trial_record.REPEAT_OF in trial.user_attrs:
             return False
         value = trial.intermediate_values[step]
+        trials = study.get_trials(deepcopy=False)
+        doubtful = {n for n, v in estimates.outlier_verdicts(trials).items() if v != estimates.KEPT}
         done = [
             t
-            for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-            if step in t.intermediate_values and not any(v > 0 for v in t.constraints.values())
+            for t in trials
+            if t.state == TrialState.COMPLETE
+            and step in t.intermediate_values
+            and not any(v > 0 for v in t.constraints.values())
+            and t.number not in doubtful
         ]
         if len(done) < self.min_completed:
             return False

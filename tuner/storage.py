@@ -68,6 +68,8 @@ def storage_error(url: str, exc: BaseException) -> StorageError:
     """One line naming the storage (password hidden) and what went wrong."""
     from tuner import redact
 
+    if isinstance(exc, optuna.exceptions.StorageInternalError) and exc.__cause__ is not None:
+        exc = exc.__cause__  # Optuna's wrapper says only that a commit failed
     detail = str(getattr(exc, "orig", None) or exc).strip().splitlines()
     first = detail[0] if detail else type(exc).__name__
     return StorageError(redact.text(f"cannot open storage {redact_url(url)}: {first}"))
@@ -147,6 +149,15 @@ def _retrying(method: Callable[..., Any]) -> Callable[..., Any]:
 
     return wrapper
 
+
+#: What opening a storage to read raises when it cannot (a bad URL, a database that refuses
+#: the credentials: Optuna wraps a failed first query in its StorageInternalError).
+_READ_ERRORS = (
+    sqlalchemy.exc.SQLAlchemyError,
+    optuna.exceptions.StorageInternalError,
+    ImportError,
+    ValueError,
+)
 
 #: Private methods Optuna's cached storage calls on the RDB storage (Optuna 5).
 _CACHED_STORAGE_CALLS = (
@@ -248,7 +259,7 @@ def resolve_storage(study_name: str | None, storage: str | None) -> tuple[str, s
             storage = f"sqlite:///{path}"
     try:
         names = [s.study_name for s in optuna.get_all_study_summaries(_reader(storage))]
-    except (sqlalchemy.exc.SQLAlchemyError, ImportError, ValueError) as exc:
+    except _READ_ERRORS as exc:
         raise storage_error(storage, exc) from None
     if study_name is None:
         if not names:
@@ -269,7 +280,7 @@ def _reader(url: str) -> optuna.storages.BaseStorage | str:
         return url
     try:
         return optuna.storages.RDBStorage(url, skip_table_creation=True)
-    except (sqlalchemy.exc.SQLAlchemyError, ImportError, ValueError) as exc:
+    except _READ_ERRORS as exc:
         raise storage_error(url, exc) from None
 
 
@@ -278,5 +289,5 @@ def load_study(study_name: str | None, storage: str | None) -> optuna.Study:
     url, name = resolve_storage(study_name, storage)
     try:
         return optuna.load_study(study_name=name, storage=_reader(url))
-    except sqlalchemy.exc.SQLAlchemyError as exc:
+    except _READ_ERRORS as exc:
         raise storage_error(url, exc) from None

@@ -37,7 +37,13 @@ from tuner.pruning import RelativeToBestPruner
 from tuner.sampler import IncumbentLocalSampler, local_model
 from tuner.space import Space
 from tuner.storage import GRACE_S, open_storage
-from tuner.trial_record import TrialWriter, queued_model_pick, queued_repeat, write_study_info
+from tuner.trial_record import (
+    TrialWriter,
+    queued_model_pick,
+    queued_outlier_check,
+    queued_repeat,
+    write_study_info,
+)
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 # Heartbeats and metric names are marked experimental in Optuna 5; both are relied on here.
@@ -330,7 +336,7 @@ class Search:
         if same or len(causes) >= SETUP_STOP_ANY:
             raise StudyStopped(
                 f"{len(causes)} launches in a row failed the same way whatever their settings; the host "
-                f"is not set up to run the server: {reason}",
+                f"cannot run the server: {reason}",
                 log_path=self._setup_failures[-1][1],
             )
 
@@ -357,10 +363,13 @@ class Search:
         A study that screens on a proxy measures its leader on the target workload first
         when no launch of it has been (the recommendation rests on the target), and every
         trial queued here is measured on the target.
+
+        Before all of that, anywhere in the budget: a launch flagged as an outlier is
+        measured again (:meth:`_queue_outlier_check`).
         """
-        if counted < self.budget - self.final_window():
-            return
         trials = self.study.get_trials(deepcopy=False)
+        if self._queue_outlier_check(trials) or counted < self.budget - self.final_window():
+            return
         if any(t.state == TrialState.WAITING for t in trials):
             return
         ev = estimates.evidence(trials)
@@ -383,6 +392,58 @@ class Search:
             return
         again = challenger if challenger.runs <= leader.runs else leader
         self.study.enqueue_trial(dict(again.trial.params), user_attrs=queued_repeat(again.trial.number))
+
+    def _check_outlier(self, trial: optuna.Trial, value: float | tuple[float, float]) -> None:
+        """Flag the launch just measured when it is an outlier against the study's noise
+        model (:func:`tuner.estimates.outlier`: it would change the recommendation, far
+        from what the study expects of it). Its configuration is measured again by the
+        next trial (:meth:`_queue_outlier_check`); until then ``tuner best`` prefers any
+        unflagged configuration, and the re-measurement keeps or drops the flagged launch.
+        Part of settling the recommendation: not in a study that does not confirm."""
+        if not self.confirm or not isinstance(value, float):
+            return
+        trials = self.study.get_trials(deepcopy=False)
+        running = next(t for t in trials if t.number == trial.number)
+        launch = optuna.trial.create_trial(
+            state=TrialState.COMPLETE,
+            value=value,
+            params=running.params,
+            distributions=running.distributions,
+            user_attrs=running.user_attrs,
+            system_attrs=running.system_attrs,
+        )
+        launch.number = trial.number
+        found = estimates.outlier([t for t in trials if t.number != trial.number], launch)
+        if found is None:
+            return
+        TrialWriter(trial).outlier(found)
+        logger.warning(
+            f"trial #{trial.number}: {found['measured']:.0f} where the study expects "
+            f"~{found['expected']:.0f} ({found['z']:+.1f} standard deviations): an outlier, measured "
+            "again before it counts"
+        )
+
+    def _queue_outlier_check(self, trials: Sequence[FrozenTrial]) -> bool:
+        """Queue a re-measurement of each flagged launch still awaiting one (none queued or
+        running), on what it was measured on; :func:`tuner.budget.ask` runs it before
+        anything else. True when one is queued or waiting."""
+        checking = {
+            t.user_attrs.get(trial_record.OUTLIER_CHECK)
+            for t in trials
+            if t.state in (TrialState.WAITING, TrialState.RUNNING)
+        }
+        queued = False
+        for number, said in estimates.outlier_verdicts(trials).items():
+            if said != estimates.PENDING:
+                continue
+            queued = True
+            if number not in checking:
+                flagged = next(t for t in trials if t.number == number)
+                self.study.enqueue_trial(
+                    dict(flagged.params),
+                    user_attrs=queued_outlier_check(number, trial_record.fidelity(flagged)),
+                )
+        return queued
 
     def _model_pick(
         self, trials: Sequence[FrozenTrial], leader: estimates.Estimate, fitted: effects.Effects
@@ -511,6 +572,7 @@ class Search:
         if bad:
             record.missed(bad)
         record.complete()
+        self._check_outlier(trial, value)
         return value
 
     def _plan(self, wants_target: bool) -> tuple[Any, tuple[int, ...] | None, bool]:
@@ -573,13 +635,18 @@ class Search:
         return intended
 
     def _measured(self, key: str | None, number: int) -> FrozenTrial | None:
-        """A trial that ran the same server (by the resolved server, see :mod:`tuner.resolution`)."""
-        for t in self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)):
+        """A trial that ran the same server (by the resolved server, see :mod:`tuner.resolution`);
+        never a launch in doubt as an outlier, or dropped as one (:mod:`tuner.estimates`)."""
+        trials = self.study.get_trials(deepcopy=False)
+        doubtful = {n for n, v in estimates.outlier_verdicts(trials).items() if v != estimates.KEPT}
+        for t in trials:
             if (
-                t.number != number
+                t.state in (TrialState.COMPLETE, TrialState.PRUNED)
+                and t.number != number
                 and budget.has_verdict(t)
                 and trial_record.server_key(t) == key
                 and trial_record.reused_from(t) is None
+                and t.number not in doubtful
             ):
                 return t
         return None

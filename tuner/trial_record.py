@@ -69,8 +69,14 @@ OWNER = "owner"
 LOG_PATH = "log_path"
 #: The interpreter of the launch command on the host that ran it (absolute path).
 PYTHON = "python"
+#: A launch flagged as an outlier against the study's noise model
+#: (:func:`tuner.estimates.outlier`): ``{expected, measured, z}``.
+OUTLIER = "outlier"
+#: A re-measurement of a flagged launch: that launch's trial number (runs before anything
+#: else is launched).
+OUTLIER_CHECK = "outlier_check"
 #: Attributes a queued-again trial keeps from the trial it replaces.
-QUEUE_ATTRS = (REPEAT_OF, MODEL_PICK, FIDELITY)
+QUEUE_ATTRS = (REPEAT_OF, MODEL_PICK, FIDELITY, OUTLIER_CHECK)
 
 #: SGLang's own verdict on the launch from the serving host (:mod:`tuner.preflight`).
 PREFLIGHT = "preflight"
@@ -324,6 +330,13 @@ def queued_repeat(number: int) -> dict[str, Any]:
     return {REPEAT_OF: number, FIDELITY: "target"}
 
 
+def queued_outlier_check(number: int, fidelity: str) -> dict[str, Any]:
+    """Attributes of a trial queued to measure again the configuration of trial ``number``,
+    whose launch was flagged as an outlier, on what that launch was measured on
+    (``fidelity``): like is compared with like."""
+    return {REPEAT_OF: number, OUTLIER_CHECK: number, FIDELITY: fidelity}
+
+
 def queued_model_pick(leader: int) -> dict[str, Any]:
     """Attributes of a trial queued to launch the additive model's pick over ``leader``, on
     the target workload."""
@@ -472,6 +485,11 @@ class TrialWriter:
 
     def complete(self) -> None:
         self._set(OUTCOME, "complete")
+
+    def outlier(self, found: Mapping[str, float]) -> None:
+        """The launch is an outlier against the study's noise model (what it measured, what
+        was expected, how many standard deviations apart): re-measured before it counts."""
+        self._set(OUTLIER, dict(found))
 
     def reuse(self, original: FrozenTrial) -> None:
         """Copy ``original``'s measurement (an identical configuration) instead of launching;

@@ -34,6 +34,9 @@ class Verdict:
     runner_up_estimate: float | None = None
     #: Whether the runner-up's interval reaches the winner's: the two are not told apart.
     within_noise: bool = False
+    #: Launches above the winner flagged as outliers and not re-measured yet: (trial,
+    #: value). They cannot win until their re-measurement agrees with them.
+    pending: tuple[tuple[int, float], ...] = ()
 
     @property
     def launches(self) -> int:
@@ -88,6 +91,11 @@ class Verdict:
             )
         else:
             out.append("runner-up: none (one configuration measured)")
+        for number, value in self.pending:
+            out.append(
+                f"trial #{number}: {value:.0f} {unit}, an outlier against the study's noise model: "
+                "re-measuring (the study's next trial) before it can be recommended"
+            )
         lat = self.latency()
         if lat:
             parts = [f"at C={lat['concurrency']}:"]
@@ -118,6 +126,7 @@ class Verdict:
                 "within_noise": self.within_noise,
             },
             "at_winning_level": self.latency(),
+            "outliers_re_measuring": [{"trial": n, "value": v} for n, v in self.pending],
         }
 
 
@@ -140,4 +149,11 @@ def verdict(study: optuna.Study) -> Verdict | None:
         runner_up=estimates.record(runner, trials) if runner is not None else None,
         runner_up_estimate=runner.value if runner is not None else None,
         within_noise=runner is not None and runner.upper(ev.noise) >= lead.score(ev.noise),
+        pending=tuple(
+            (n, v)
+            for e in ev.estimates
+            if e.key != lead.key
+            for n, v in zip(e.numbers, e.values, strict=True)
+            if n in e.pending and v > lead.value
+        ),
     )

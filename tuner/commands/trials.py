@@ -11,6 +11,7 @@ from typing import Any
 
 from optuna.trial import FrozenTrial, TrialState
 
+from tuner import estimates, trial_record
 from tuner.commands._common import add_study_args, study_storage
 from tuner.deployment import DEFAULT_ENGINE
 from tuner.errors import UsageError
@@ -83,8 +84,18 @@ def _state(t: FrozenTrial, rec: TrialRecord) -> str:
     return rec.outcome
 
 
-def _note(t: FrozenTrial, rec: TrialRecord, engine: str | None) -> str:
+def _note(t: FrozenTrial, rec: TrialRecord, engine: str | None, outlier: str | None = None) -> str:
     reason = rec.reason or ""
+    if outlier is not None:
+        said = {
+            estimates.PENDING: "outlier, re-measuring",
+            estimates.KEPT: "outlier, kept: its configuration's launches agree with it",
+            estimates.DROPPED: "outlier, dropped: its configuration's other launches disagree with it",
+        }[outlier]
+        flagged = rec.attrs.get(trial_record.OUTLIER)
+        if flagged:
+            said += f" ({flagged['measured']:.0f} where ~{flagged['expected']:.0f} was expected)"
+        reason = f"{said} {reason}".strip()
     if rec.outcome == "infeasible":
         reason = refusal_text(rec.reason, engine)
     if rec.outcome == "reused":
@@ -108,6 +119,7 @@ def rows(
     """One dict per trial, with every column of :data:`COLUMNS` (numbers as numbers);
     ``changes``: the trial's values of the parameters where it differs from ``best``."""
     out = []
+    verdicts = estimates.outlier_verdicts(trials)
     for t in trials:
         rec = TrialRecord.of(t)
         if best is None:
@@ -130,7 +142,7 @@ def rows(
                 "peak": rec.peak,
                 "peak_c": rec.peak_c,
                 "changes": changes,
-                "reason": _note(t, rec, engine),
+                "reason": _note(t, rec, engine, verdicts.get(rec.number)),
                 "server_s": rec.server_s,
                 "params": {k: rec.params[k] for k in rec.params},
             }

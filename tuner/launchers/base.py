@@ -167,6 +167,13 @@ class Launcher(ABC):
         log_text = read_tail(self.log_path, 10**6) if self.log_path else ""
         return self._engine().classify_exit(self._exit_status(), log_text, what=self.trial_label or "server")
 
+    def route_lost(self) -> LaunchFailure | None:
+        """A host failure that cut the route to the healthy server (an ssh forward whose
+        connection dropped): the requests in flight failed for the host's reasons, not the
+        configuration's, so what was measured since is no verdict on it. None for a
+        server reached directly (the default)."""
+        return None
+
     @abstractmethod
     def _still_running(self) -> str | None:
         """Bring the server's state and log up to date; ``None`` once it has exited, else

@@ -106,6 +106,8 @@ class SshLauncher(Launcher):
         self._port = 0
         #: the remote server's process group (the wrapper's pid), while one runs
         self.pgid: int | None = None
+        self._serving = False
+        self._route_lost: LaunchFailure | None = None
 
     # -- remote scripts ------------------------------------------------------------
 
@@ -209,6 +211,7 @@ echo "pid $(cat {q(self._pid_file)} 2>/dev/null)"
         self._paths(port, trial_label)
         self._returncode, self._exited, self._log_offset, self._probe_failures = None, False, 0, 0
         self.pgid = None
+        self._serving, self._route_lost = False, None
         log_file.write_bytes(b"")
         timeout_s = self.stop_grace_s + self.transport.connect_timeout_s + 30
         done = self.transport.run(self._start_script(spec, port, port_checked=False), timeout_s=timeout_s)
@@ -247,19 +250,39 @@ echo "pid $(cat {q(self._pid_file)} 2>/dev/null)"
             raise RuntimeError("base_url() before start()")
         return http_url("127.0.0.1", self.tunnel.local_port)
 
+    def wait_healthy(self, timeout_s: float, **kw: Any) -> float:
+        seconds = super().wait_healthy(timeout_s, **kw)
+        # From here on requests are measured: a forward that drops spoils them.
+        self._serving = True
+        return seconds
+
     def alive(self) -> bool:
         """Whether the remote server still runs (one ssh round trip, which also fetches
-        new log output). Raises ``LaunchFailure("unreachable")`` after
-        ``unreachable_after`` consecutive failed probes."""
+        new log output, and reopens the port forward if its connection dropped). Raises
+        ``LaunchFailure("unreachable")`` after ``unreachable_after`` consecutive failed
+        probes."""
         if not self._owned or self._exited:
             return False
         self._fetch()
         if not self._exited and self.tunnel is not None:
+            if self._serving and not self.tunnel.alive() and self._route_lost is None:
+                self._route_lost = LaunchFailure(
+                    "unreachable",
+                    f"{self.trial_label}: the ssh connection to {self.transport.host} dropped while the "
+                    "server was measured (the server kept running); the requests in flight failed "
+                    "for the host's reasons",
+                )
+                logger.warning(self._route_lost.message)
             try:
                 self.tunnel.ensure()
             except LaunchFailure as exc:
                 logger.warning(f"{self.trial_label}: {exc}")
         return not self._exited
+
+    def route_lost(self) -> LaunchFailure | None:
+        """The port forward's connection dropped after the server was healthy (see
+        :meth:`Launcher.route_lost`); found by :meth:`alive`."""
+        return self._route_lost
 
     def log_tail(self, lines: int = 80) -> str:
         if self._owned:

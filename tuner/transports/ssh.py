@@ -31,6 +31,24 @@ from tuner.net import connect_host, free_port
 
 #: ssh's own exit status for connection and authentication errors.
 SSH_ERROR = 255
+#: How long a command keeps retrying a host it has reached before and that now refuses
+#: or drops connections: an sshd restarted by a package upgrade is back within seconds, a
+#: rebooting host within a few minutes, a network blip within seconds. Past it, the
+#: command fails as ``unreachable`` (the trial is queued again, see :mod:`tuner.budget`).
+RECONNECT_S = 120.0
+#: First pause between reconnection attempts, doubled each time up to
+#: :data:`RECONNECT_PAUSE_MAX_S`.
+RECONNECT_PAUSE_S = 0.5
+RECONNECT_PAUSE_MAX_S = 8.0
+#: ssh's wording of connection failures that end by themselves (a listener restarting, a
+#: connection cut); authentication, host-key and name errors are not among them: they need
+#: a person.
+_TRANSIENT = re.compile(
+    r"Connection refused|Connection reset|Connection closed|closed by remote host|Connection timed out"
+    r"|timed out|Broken pipe|kex_exchange_identification|No route to host|Network is unreachable"
+    r"|Connection aborted|banner exchange",
+    re.IGNORECASE,
+)
 
 
 def last_line(text: bytes | str, limit: int = 300) -> str:
@@ -70,6 +88,11 @@ class SshTransport:
     #: Extra ``-o`` options, e.g. ``["ServerAliveInterval=15"]``.
     options: Sequence[str] = field(default_factory=tuple)
     ssh_binary: str = "ssh"
+    #: Seconds a command retries a host that answered before (:data:`RECONNECT_S`).
+    reconnect_s: float = RECONNECT_S
+    #: Whether a command has reached the host: only then is a refused connection a host
+    #: coming back (retried); before, it is a wrong address or port (failed at once).
+    reached: bool = field(default=False, init=False, compare=False)
 
     def ssh_argv(self, *, multiplex: bool = True) -> list[str]:
         """``ssh`` and its options, without the destination and command."""
@@ -110,25 +133,43 @@ class SshTransport:
 
         Raises ``LaunchFailure("unreachable")`` when ssh itself fails (exit status 255:
         no route, refused, authentication) or does not finish within ``timeout_s``
-        (default: connect timeout + 60 s). The script's own exit status is returned,
-        not raised; scripts must not use 255.
+        (default: connect timeout + 60 s). A host reached before that refuses or drops
+        the connection is tried again for :attr:`reconnect_s` (an sshd restarting), so
+        every script run here must be safe to run twice (they are: each one stops what
+        it replaces). The script's own exit status is returned, not raised; scripts must
+        not use 255.
         """
         timeout_s = timeout_s if timeout_s is not None else self.connect_timeout_s + 60
-        try:
-            done = subprocess.run(
-                self.command_argv(script),
-                input=input if input is not None else b"",
-                capture_output=True,
-                timeout=timeout_s,
-            )
-        except subprocess.TimeoutExpired:
-            raise LaunchFailure("unreachable", f"ssh {self.host}: no answer within {timeout_s:g} s") from None
-        except OSError as exc:
-            raise LaunchFailure("unreachable", f"cannot run {self.ssh_binary}: {exc}") from exc
-        if done.returncode == SSH_ERROR:
+        deadline = time.monotonic() + self.reconnect_s
+        pause = RECONNECT_PAUSE_S
+        warned = False
+        while True:
+            try:
+                done = subprocess.run(
+                    self.command_argv(script),
+                    input=input if input is not None else b"",
+                    capture_output=True,
+                    timeout=timeout_s,
+                )
+            except subprocess.TimeoutExpired:
+                no_answer = f"ssh {self.host}: no answer within {timeout_s:g} s"
+                raise LaunchFailure("unreachable", no_answer) from None
+            except OSError as exc:
+                raise LaunchFailure("unreachable", f"cannot run {self.ssh_binary}: {exc}") from exc
+            if done.returncode != SSH_ERROR:
+                self.reached = True
+                return done
             reason = last_line(done.stderr) or "connection failed"
-            raise LaunchFailure("unreachable", f"ssh {self.host}: {reason}")
-        return done
+            if not (self.reached and _TRANSIENT.search(reason)) or time.monotonic() + pause > deadline:
+                raise LaunchFailure("unreachable", f"ssh {self.host}: {reason}")
+            if not warned:
+                logger.warning(
+                    f"ssh {self.host}: {reason}; retrying for up to {self.reconnect_s:.0f} s "
+                    "(the host answered before)"
+                )
+                warned = True
+            time.sleep(pause)
+            pause = min(pause * 2, RECONNECT_PAUSE_MAX_S)
 
     def which(self, program: str) -> str | None:
         """The absolute path of ``program`` on the host's PATH (a login's PATH), if found."""
