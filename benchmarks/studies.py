@@ -69,6 +69,7 @@ from optuna.samplers import BaseSampler
 from space_best import true_value
 
 from tuner import budget, estimates
+from tuner.budget import StudyStopped
 from tuner.failures import LaunchFailure
 from tuner.measurers import Measurement, SimMeasurer
 from tuner.sim.calibration import REFERENCE_NCCL
@@ -155,6 +156,7 @@ class StudyResult:
     configuration, for the hit rate of a random draw. ``verdict[n-1]``: whether trial n used
     up the budget (a launch or a reuse; a proposal the rules reject does not, see
     :mod:`tuner.budget`); ``sampler_s``: seconds spent inside the sampler over the study.
+    A study stopped early (:class:`~tuner.budget.StudyStopped`) is scored on the trials it ran.
     """
 
     job: Job
@@ -165,6 +167,9 @@ class StudyResult:
     trial_value: list[float] | None = None
     verdict: list[bool] | None = None
     sampler_s: float = 0.0
+    #: Why the study stopped before its budget (``StudyStopped``: e.g. 50 rejected proposals
+    #: in a row); None when it used its budget.
+    stopped: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {**asdict(self), "job": asdict(self.job)}
@@ -338,22 +343,22 @@ def _tuner(job: Job, tmp: str) -> Search:
     return _search(job, tmp, extra_start=json.loads(job.extra_start))
 
 
-def _padded_constraints(study: optuna.Study, trials: list[Any]) -> tuple[np.ndarray, np.ndarray]:
-    """Every trial's constraints over the same names, a name a trial does not carry as met (0)."""
-    names = sorted({n for t in trials for n in t.constraints})
-    vals = np.array([[t.constraints.get(n, 0.0) for n in names] for t in trials], dtype=float)
-    vals = vals.reshape(len(trials), len(names))
-    return vals, np.all(vals <= 0, axis=1)
+def _worst_constraint(study: optuna.Study, trials: list[Any]) -> tuple[np.ndarray, np.ndarray]:
+    """One constraint per trial: its worst (largest) constraint value, 0 (met) when it has none."""
+    vals = np.array([[max(t.constraints.values(), default=0.0)] for t in trials], dtype=float)
+    vals = vals.reshape(len(trials), 1)
+    return vals, vals[:, 0] <= 0
 
 
 class _GPSampler(optuna.samplers.GPSampler):
-    """Optuna's GPSampler, reading the constraints of a trial the study did not constrain as met.
+    """Optuna's GPSampler, told one constraint per trial: the worst of the trial's own.
 
-    GPSampler models every constraint and needs the same number on every trial; the study
-    sets each only where it applies (``feasible`` on a rejected proposal, ``launch`` on a
-    failed launch, ``min_single_stream`` on a measured trial), which stops it at once
-    ("The number of constraints must be the same for all trials"). Its module's reader is
-    swapped for :func:`_padded_constraints` while it samples; nothing else changes.
+    GPSampler models each constraint and needs the same ones on every trial, for the whole
+    study; the study sets each only where it applies (``feasible`` on a rejected proposal,
+    ``launch`` on a failed launch, ``min_single_stream`` on a measured trial), which stops
+    it ("The number of constraints must be the same for all trials"). Its module's reader
+    is swapped for :func:`_worst_constraint` while it samples (feasible exactly when every
+    constraint is met, as before); nothing else changes.
     """
 
     def sample_relative(
@@ -362,7 +367,7 @@ class _GPSampler(optuna.samplers.GPSampler):
         from optuna.samplers._gp import sampler as gp_module
 
         original = gp_module._get_constraint_vals_and_feasibility
-        gp_module._get_constraint_vals_and_feasibility = _padded_constraints
+        gp_module._get_constraint_vals_and_feasibility = _worst_constraint
         try:
             return super().sample_relative(study, trial, search_space)
         finally:
@@ -379,7 +384,7 @@ PEER_SAMPLERS: dict[str, Callable[[int], BaseSampler]] = {
     "peer-random": lambda seed: optuna.samplers.RandomSampler(seed=seed),
     "peer-tpe": lambda seed: optuna.samplers.TPESampler(seed=seed),
     "peer-tpe-mv": lambda seed: optuna.samplers.TPESampler(seed=seed, multivariate=True, group=True),
-    "peer-gp": lambda seed: _GPSampler(seed=seed),
+    "peer-gp": lambda seed: _GPSampler(seed=seed, warn_independent_sampling=False),
     "peer-cmaes": _cmaes,
 }
 
@@ -426,7 +431,9 @@ STRATEGIES: dict[str, Callable[[Job, str], Search]] = {
 
 
 # --- running and scoring -----------------------------------------------------------------------
-_TRUTH: dict[str, float] = {}
+#: Noise-free values already computed in this worker process, per space: two spaces may
+#: launch the same server (same flags and environment) and judge it on other workloads.
+_TRUTH: dict[str, dict[str, float]] = {}
 
 
 def recommendations(study: optuna.Study) -> list[dict[str, Any] | None]:
@@ -450,7 +457,11 @@ def run_study(job: Job) -> StudyResult:
         search = STRATEGIES[job.strategy](job, tmp)
         timed = TimedSampler(search.study.sampler)
         search.study.sampler = timed
-        search.run()
+        stopped = None
+        try:
+            search.run()
+        except StudyStopped as exc:  # the study ends there, as `tuner search` does
+            stopped = str(exc)
         study = search.study
         trials = sorted(study.get_trials(deepcopy=False), key=lambda t: t.number)
         wall = time.perf_counter() - t0
@@ -462,9 +473,10 @@ def run_study(job: Job) -> StudyResult:
         for t in trials:
             o = t.user_attrs.get("outcome", t.state.name.lower())
             outcomes[o] = outcomes.get(o, 0) + 1
-    rec_value = [0.0 if p is None else true_value(space, space.complete(p), _TRUTH) for p in recs]
-    trial_value = None if drawn is None else [true_value(space, space.complete(p), _TRUTH) for p in drawn]
-    return StudyResult(job, rec_value, server_s, outcomes, wall, trial_value, verdict, timed.seconds)
+    truth = _TRUTH.setdefault(job.space, {})
+    rec_value = [0.0 if p is None else true_value(space, space.complete(p), truth) for p in recs]
+    trial_value = None if drawn is None else [true_value(space, space.complete(p), truth) for p in drawn]
+    return StudyResult(job, rec_value, server_s, outcomes, wall, trial_value, verdict, timed.seconds, stopped)
 
 
 def _one_thread() -> None:

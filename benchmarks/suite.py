@@ -198,6 +198,8 @@ def score(results: list[StudyResult], best: float, budget: int) -> dict[str, Any
         "reached_2": sum(t is not None for t in to2),
         "trials_to_2": to2,
         "no_feasible": sum(v <= 0 for v in finals),
+        "stopped": sum(r.stopped is not None for r in results),
+        "stopped_why": sorted({r.stopped for r in results if r.stopped is not None}),
         "rejected_share": rejected / trials if trials else 0.0,
         "sampler_ms": statistics.fmean(r.sampler_ms_per_trial() for r in results),
         "wall_ms": statistics.fmean(1e3 * r.wall_s / max(len(r.rec_value), 1) for r in results),
@@ -450,6 +452,16 @@ def agg_rows(agg: dict[str, Any], budget: int) -> list[list[str]]:
     ]
 
 
+def _stopped_note(entry: dict[str, Any]) -> list[str]:
+    """A line naming the strategies whose studies stopped before their budget."""
+    stopped = {label: r["stopped"] for label, r in entry["rows"].items() if r.get("stopped")}
+    if not stopped:
+        return []
+    what = ", ".join(f"{label} {n} of {entry['rows'][label]['seeds']}" for label, n in stopped.items())
+    why = sorted({w for r in entry["rows"].values() for w in r.get("stopped_why", [])})
+    return [f"  studies stopped before their budget: {what} ({'; '.join(why)})"]
+
+
 def _space_title(name: str, e: dict[str, Any]) -> str:
     obj = e["objective"]
     what = obj["name"]
@@ -477,7 +489,7 @@ def text(summary: dict[str, Any]) -> str:
         "",
     ]
     for name, e in summary["spaces"].items():
-        lines += [_space_title(name, e), format_table(SPACE_HEADER, space_rows(e, b)), ""]
+        lines += [_space_title(name, e), format_table(SPACE_HEADER, space_rows(e, b)), *_stopped_note(e), ""]
     for split, agg in summary["aggregate"].items():
         if agg:
             lines += [
