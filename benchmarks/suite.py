@@ -349,7 +349,7 @@ def targets(per_space: dict[str, dict[str, Any]], budget: int) -> list[dict[str,
     return out
 
 
-def analyse(results: list[StudyResult], bests: dict[str, float], budget: int) -> dict[str, Any]:
+def analyse(results: list[StudyResult], bests: dict[str, float], budget: int, seeds: int) -> dict[str, Any]:
     per_space: dict[str, dict[str, Any]] = {}
     for name in bests:
         space = space_named(name)
@@ -371,6 +371,7 @@ def analyse(results: list[StudyResult], bests: dict[str, float], budget: int) ->
         }
     return {
         "budget": budget,
+        "seeds": seeds,
         "tune": list(TUNE),
         "judged": list(JUDGED),
         "spaces": per_space,
@@ -476,8 +477,7 @@ def _space_title(name: str, e: dict[str, Any]) -> str:
 
 
 def text(summary: dict[str, Any]) -> str:
-    b = summary["budget"]
-    seeds = max((r["seeds"] for e in summary["spaces"].values() for r in e["rows"].values()), default=0)
+    b, seeds = summary["budget"], summary["seeds"]
     lines = [
         f"Benchmark suite: budget {b}, {seeds} seeds per strategy and space, noise on; recommendations "
         "scored noise-free against each space's best. Columns: seeds within 2%/5% of the best, median and "
@@ -503,8 +503,7 @@ def text(summary: dict[str, Any]) -> str:
 
 def markdown(summary: dict[str, Any]) -> str:
     """The aggregate over TUNE and over JUDGED and the targets, as Markdown (the README's)."""
-    b = summary["budget"]
-    seeds = max((r["seeds"] for e in summary["spaces"].values() for r in e["rows"].values()), default=0)
+    b, seeds = summary["budget"], summary["seeds"]
     lines = [f"Budget {b}, {seeds} seeds per strategy and space, noise on ({summary['machine']}).", ""]
     for split, agg in summary["aggregate"].items():
         if agg:
@@ -571,7 +570,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         strategies.insert(0, "tuner")
     bests = {name: load_best(name, suite=True)["value"] for name in spaces}
     results = run_cached(jobs(spaces, strategies, args.seeds, args.budget), args.jobs, args.fresh)
-    summary = analyse(results, bests, args.budget)
+    summary = analyse(results, bests, args.budget, args.seeds)
     write_result("suite", summary)
     print(text(summary))
     if args.markdown or args.readme:
