@@ -16,7 +16,8 @@ import optuna
 
 from tuner.failures import LaunchFailure
 from tuner.metrics import summarize
-from tuner.objectives import peak_tok_s
+from tuner.objectives import Objective, goodput_tok_s, peak_tok_s
+from tuner.request_records import LevelRecords
 from tuner.sim.model import PerfModel
 from tuner.sim.serving import simulate_sweep
 from tuner.space import DEFAULT_SPACE, Space, load_space, resolve_space
@@ -28,6 +29,11 @@ optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 #: Where the benchmarks write their JSON results.
 RESULTS = Path(__file__).parent / "results"
+#: The benchmark suite's own spaces (benchmarks/suite.py); the project's spaces in the suite
+#: stay in search_spaces/.
+SUITE_SPACES = Path(__file__).parent / "spaces"
+#: Where the best of every suite member is stored (one JSON file per space, by name).
+SUITE_BEST = RESULTS / "suite_best"
 #: The reference campaign's full sweep: C=1 at 512 tokens, then 32/64/128/192/256 at 2048.
 FULL_SWEEP = Workload(levels=REFERENCE_LEVELS, max_tokens=2048, single_max_tokens=512)
 
@@ -36,13 +42,47 @@ def reference_space() -> Space:
     return load_space(resolve_space(DEFAULT_SPACE))
 
 
+def suite_space_file(name: str) -> Path | None:
+    """The file of a suite space (benchmarks/spaces/<name>.yaml), None if there is none."""
+    path = SUITE_SPACES / f"{name}.yaml"
+    return path if path.is_file() else None
+
+
 def space_named(name: str = DEFAULT_SPACE) -> Space:
-    """A space of the project by name (the reference space by default)."""
-    return load_space(resolve_space(name))
+    """A space by name or path: a suite space (benchmarks/spaces/), else a space of the
+    project (the reference space by default), else a file."""
+    suite = suite_space_file(name)
+    return load_space(suite if suite is not None else resolve_space(name))
 
 
-def best_path(space: str = DEFAULT_SPACE) -> Path:
-    """Where the best of a space is stored (the reference space's keeps its old name)."""
+def space_objective(space: Space) -> Objective:
+    """The objective as ``tuner search`` builds it from the space (limits and floor included)."""
+    return Objective(**{k: v for k, v in space.objective.model_dump().items() if v is not None})
+
+
+def objective_value(objective: Objective, records: list[LevelRecords]) -> float:
+    """What a configuration is worth under the whole objective, from its measured levels:
+    goodput counts only the requests within the TTFT and TPOT limits, and a configuration
+    that misses a constraint (the ``min_single_stream`` floor) is worth 0, as it is
+    infeasible to the study. A two-objective (pareto) space has no single value."""
+    if objective.multi:
+        raise ValueError("a pareto objective has two values; score it by hypervolume instead")
+    levels = [summarize(lv) for lv in records]
+    goodputs = [
+        goodput_tok_s(lv, objective.ttft_s, objective.tpot_ms) if objective.name == "goodput" else None
+        for lv in records
+    ]
+    if any(v > 0 for v in objective.violations(levels).values()):
+        return 0.0
+    return float(objective.value(levels, goodputs))  # type: ignore[arg-type]
+
+
+def best_path(space: str = DEFAULT_SPACE, *, suite: bool = False) -> Path:
+    """Where the best of a space is stored: benchmarks/results/suite_best/<space>.json for a
+    suite space (or any space when ``suite``), else space_best[-<space>].json (the
+    reference space's keeps its old name)."""
+    if suite or suite_space_file(space) is not None:
+        return SUITE_BEST / f"{space}.json"
     return RESULTS / ("space_best.json" if space == DEFAULT_SPACE else f"space_best-{space}.json")
 
 
@@ -51,11 +91,14 @@ def result_name(name: str, space: str = DEFAULT_SPACE) -> str:
     return name if space == DEFAULT_SPACE else f"{name}-{space}"
 
 
-def load_best(space: str = DEFAULT_SPACE) -> dict[str, Any]:
-    """The best of a space (benchmarks/results/space_best*.json)."""
-    path = best_path(space)
+def load_best(space: str = DEFAULT_SPACE, *, suite: bool = False) -> dict[str, Any]:
+    """The best of a space (see :func:`best_path`)."""
+    path = best_path(space, suite=suite)
     if not path.exists():
-        raise SystemExit(f"{path} is missing: run `python benchmarks/space_best.py --space {space}` first")
+        flag = " --suite" if suite else ""
+        raise SystemExit(
+            f"{path} is missing: run `python benchmarks/space_best.py --space {space}{flag}` first"
+        )
     return json.loads(path.read_text())
 
 

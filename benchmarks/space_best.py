@@ -1,13 +1,17 @@
 """The best configuration of a space under its target workload, noise off.
 
-    python benchmarks/space_best.py [--space NAME] [--trials 600]
+    python benchmarks/space_best.py [--space NAME-OR-PATH] [--trials 600] [--suite]
 
 The space has millions of configurations, too many to enumerate at ~40 ms each, so
 "the best" is established by a far larger search than a study: a noise-free TPE run of
 ``--trials`` trials, then coordinate ascent (every value of every parameter, one at a
 time, until no single change improves) from its five best configurations and from the
-space's start points. The result is written to ``benchmarks/results/space_best.json``
-(the reference space) or ``space_best-<space>.json`` for the other benchmarks.
+space's start points. A configuration is scored noise-free under the space's whole
+objective (:func:`_common.objective_value`: goodput limits, the single-stream floor).
+
+The result is written to ``benchmarks/results/space_best.json`` (the reference space) or
+``space_best-<space>.json`` for the other benchmarks; a suite space's (benchmarks/spaces/,
+or any space with ``--suite``) to ``benchmarks/results/suite_best/<space>.json``.
 """
 
 from __future__ import annotations
@@ -21,11 +25,9 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).parent))
 
 import optuna
-from _common import best_path, space_named
+from _common import best_path, objective_value, space_named, space_objective
 
 from tuner.failures import LaunchFailure
-from tuner.metrics import summarize
-from tuner.objectives import Objective
 from tuner.sim.model import PerfModel
 from tuner.sim.serving import simulate_sweep
 from tuner.space import Space
@@ -35,7 +37,8 @@ TRUTH_SEED = 0
 
 
 def true_value(space: Space, params: dict[str, Any], cache: dict[str, float] | None = None) -> float:
-    """Noise-free objective value of a configuration (0 when it cannot launch)."""
+    """Noise-free value of a configuration under the space's whole objective (0 when it
+    cannot launch or misses a constraint)."""
     key = space.key(params)
     if cache is not None and key in cache:
         return cache[key]
@@ -44,8 +47,8 @@ def true_value(space: Space, params: dict[str, Any], cache: dict[str, float] | N
         spec = space.render(params)
         try:
             model = PerfModel.build(space.hardware, space.model, spec.argv, spec.env)
-            levels = [summarize(lv) for lv in simulate_sweep(model, space.workload, seed=TRUTH_SEED, noise=0)]
-            value = float(Objective(name=space.objective.name).value(levels))  # type: ignore[arg-type]
+            records = simulate_sweep(model, space.workload, seed=TRUTH_SEED, noise=0)
+            value = objective_value(space_objective(space), records)
         except LaunchFailure:
             value = 0.0
     if cache is not None:
@@ -70,10 +73,13 @@ def coordinate_ascent(space: Space, start: dict[str, Any], cache: dict[str, floa
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--trials", type=int, default=600)
-    ap.add_argument("--space", default=None, help="a space of the project (default: the reference space)")
+    ap.add_argument("--space", default=None, help="a space's name or file (default: the reference space)")
+    ap.add_argument(
+        "--suite", action="store_true", help="store under results/suite_best/ (suite spaces always are)"
+    )
     args = ap.parse_args(argv)
     space = space_named(args.space) if args.space else space_named()
-    result = best_path(space.name)
+    result = best_path(space.name, suite=args.suite)
     cache: dict[str, float] = {}
     study = optuna.create_study(
         direction="maximize", sampler=optuna.samplers.TPESampler(seed=0, multivariate=True, group=True)
@@ -92,17 +98,20 @@ def main(argv: list[str] | None = None) -> None:
         json.dumps(
             {
                 "space": space.name,
+                "objective": space_objective(space).model_dump(),
                 "value": best_v,
                 "params": best,
                 "argv": spec.argv,
                 "env": spec.env,
                 "evaluated": len(cache),
+                "tpe_trials": args.trials,
             },
             indent=2,
         )
     )
     print(
-        f"best of {space.name} (noise off, seed {TRUTH_SEED}): {best_v:.1f} tok/s after {len(cache)} "
+        f"best of {space.name} (noise off, seed {TRUTH_SEED}): {best_v:.1f} "
+        f"{space.objective.name} tok/s after {len(cache)} "
         f"distinct configurations"
     )
     print("  " + " ".join(spec.argv))

@@ -20,6 +20,25 @@ Strategies (``STRATEGIES``):
 * ``no-prune``, ``full-sweep``, ``no-reuse``, ``all-off``: the tuner with pruning, the
   shortened sweep (replaced by the reference full sweep), reuse, or all three switched off.
 
+Peers of the benchmark suite (``PEERS``; benchmarks/suite.py names them without the
+``peer-`` prefix): ``tuner search``'s trial logic exactly (the rule check before any launch,
+pruning, reuse of a configuration already measured, the space's start points, the
+screening proxy and the confirmation trials at the end of the budget), with only the
+sampler swapped, so that a difference is the sampler's:
+
+* ``peer-random``: ``RandomSampler``;
+* ``peer-tpe``: ``TPESampler`` with its defaults;
+* ``peer-tpe-mv``: ``TPESampler(multivariate=True, group=True)`` (the space is conditional);
+* ``peer-gp``: ``GPSampler`` (needs torch and scipy: the ``bench`` extra; see
+  :class:`_GPSampler` for how it reads the trials' constraints);
+* ``peer-cmaes``: ``CmaEsSampler`` on the numeric parameters, its independent sampler
+  (random) on the others; only where a space has a numeric parameter (:func:`applies`).
+
+Every sampler is seeded with the job's seed and given no constraints function: a rejected
+or failed trial reaches it as a value of 0 and through the constraints the study sets on
+the trial (Optuna 5's samplers read ``trial.constraints``; CMA-ES ignores them). The time
+spent inside the sampler is measured (:class:`TimedSampler`) for every strategy.
+
 The tuner screens trials on the space's proxy and measures its finalists on the target
 workload; the peers, which have no such phase, measure every trial on the target, as do
 ``full-sweep`` and ``all-off``. The recommendation of every study is scored noise-free on
@@ -44,13 +63,15 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 import numpy as np
 import optuna
-from _common import space_named
+from _common import space_named, space_objective
+from optuna.distributions import FloatDistribution, IntDistribution
+from optuna.samplers import BaseSampler
 from space_best import true_value
 
-from tuner import estimates
+from tuner import budget, estimates
+from tuner.budget import StudyStopped
 from tuner.failures import LaunchFailure
 from tuner.measurers import Measurement, SimMeasurer
-from tuner.objectives import Objective
 from tuner.sim.calibration import REFERENCE_NCCL
 from tuner.sim.serving import DEFAULT_NOISE
 from tuner.space import Space
@@ -58,6 +79,8 @@ from tuner.study import Search
 
 # A failed launch of the plain-TPE peer returns NaN on purpose (Optuna records it as FAIL).
 warnings.filterwarnings("ignore", message="The value nan is not acceptable")
+# The CMA-ES peer is told the trials' constraints like every sampler and ignores them, as said.
+warnings.filterwarnings("ignore", message="Constraints have been set, but CmaEsSampler")
 
 #: Server time charged for a launch SGLang refuses while parsing its arguments (Python
 #: imports and the argument checks, before any weights load; estimate). The simulator's
@@ -130,7 +153,10 @@ class StudyResult:
     the study recommends after its first ``n`` trials (0 while none is feasible);
     ``server_s[n-1]`` is trial n's simulated server time (start-up + measured levels).
     ``trial_value`` (random search only) is the noise-free value of every trial's own
-    configuration, for the hit rate of a random draw.
+    configuration, for the hit rate of a random draw. ``verdict[n-1]``: whether trial n used
+    up the budget (a launch or a reuse; a proposal the rules reject does not, see
+    :mod:`tuner.budget`); ``sampler_s``: seconds spent inside the sampler over the study.
+    A study stopped early (:class:`~tuner.budget.StudyStopped`) is scored on the trials it ran.
     """
 
     job: Job
@@ -139,6 +165,11 @@ class StudyResult:
     outcomes: dict[str, int] = field(default_factory=dict)
     wall_s: float = 0.0
     trial_value: list[float] | None = None
+    verdict: list[bool] | None = None
+    sampler_s: float = 0.0
+    #: Why the study stopped before its budget (``StudyStopped``: e.g. 50 rejected proposals
+    #: in a row); None when it used its budget.
+    stopped: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {**asdict(self), "job": asdict(self.job)}
@@ -161,6 +192,65 @@ class StudyResult:
 
     def server_h(self, budget: int | None = None) -> float:
         return sum(self.server_s[:budget]) / 3600
+
+    def launches_to(self, target: float) -> int | None:
+        """Budget used (trials with a verdict, see :mod:`tuner.budget`) when the recommendation
+        first is worth at least ``target``; None if never. Every trial counts when the study
+        recorded no verdicts."""
+        used = 0
+        for n, v in enumerate(self.rec_value):
+            used += 1 if self.verdict is None or self.verdict[n] else 0
+            if v >= target:
+                return max(used, 1)
+        return None
+
+    def rejected_share(self) -> float:
+        """Share of the study's trials that were proposals the engine rules or the space's
+        constraints rejected (outcome ``infeasible``)."""
+        total = sum(self.outcomes.values())
+        return self.outcomes.get("infeasible", 0) / total if total else 0.0
+
+    def sampler_ms_per_trial(self) -> float:
+        return 1e3 * self.sampler_s / len(self.rec_value) if self.rec_value else 0.0
+
+
+class TimedSampler(BaseSampler):
+    """A sampler that adds up the time spent inside another (its per-trial overhead);
+    everything else is the wrapped sampler's."""
+
+    def __init__(self, inner: BaseSampler):
+        self.inner = inner
+        self.seconds = 0.0
+
+    def _timed(self, fn: Callable[..., Any], *args: Any) -> Any:
+        t0 = time.perf_counter()
+        try:
+            return fn(*args)
+        finally:
+            self.seconds += time.perf_counter() - t0
+
+    def infer_relative_search_space(self, study: optuna.Study, trial: Any) -> dict[str, Any]:
+        return self._timed(self.inner.infer_relative_search_space, study, trial)
+
+    def sample_relative(
+        self, study: optuna.Study, trial: Any, search_space: dict[str, Any]
+    ) -> dict[str, Any]:
+        return self._timed(self.inner.sample_relative, study, trial, search_space)
+
+    def sample_independent(self, study: optuna.Study, trial: Any, name: str, distribution: Any) -> Any:
+        return self._timed(self.inner.sample_independent, study, trial, name, distribution)
+
+    def before_trial(self, study: optuna.Study, trial: Any) -> None:
+        self._timed(self.inner.before_trial, study, trial)
+
+    def after_trial(self, study: optuna.Study, trial: Any, state: Any, values: Any) -> None:
+        self._timed(self.inner.after_trial, study, trial, state, values)
+
+    def reseed_rng(self) -> None:
+        self.inner.reseed_rng()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
 
 
 # --- measurers and search variants ------------------------------------------------------------
@@ -205,11 +295,6 @@ def _space(name: str, full_sweep: bool = False) -> Space:
     return Space(spec, source=space.source)
 
 
-def _objective(space: Space) -> Objective:
-    """The objective as ``tuner search`` builds it from the space."""
-    return Objective(**{k: v for k, v in space.objective.model_dump().items() if v is not None})
-
-
 def _search(
     job: Job,
     tmp: str,
@@ -225,7 +310,7 @@ def _search(
         BenchMeasurer(space.hardware, space.model, noise=job.noise),
         study_name="bench",
         storage=f"sqlite:///{tmp}/bench.db",
-        objective=_objective(space),
+        objective=space_objective(space),
         seed=job.seed,
         budget=job.budget,
         **kwargs,
@@ -258,6 +343,65 @@ def _tuner(job: Job, tmp: str) -> Search:
     return _search(job, tmp, extra_start=json.loads(job.extra_start))
 
 
+def _worst_constraint(study: optuna.Study, trials: list[Any]) -> tuple[np.ndarray, np.ndarray]:
+    """One constraint per trial: its worst (largest) constraint value, 0 (met) when it has none."""
+    vals = np.array([[max(t.constraints.values(), default=0.0)] for t in trials], dtype=float)
+    vals = vals.reshape(len(trials), 1)
+    return vals, vals[:, 0] <= 0
+
+
+class _GPSampler(optuna.samplers.GPSampler):
+    """Optuna's GPSampler, told one constraint per trial: the worst of the trial's own.
+
+    GPSampler models each constraint and needs the same ones on every trial, for the whole
+    study; the study sets each only where it applies (``feasible`` on a rejected proposal,
+    ``launch`` on a failed launch, ``min_single_stream`` on a measured trial), which stops
+    it ("The number of constraints must be the same for all trials"). Its module's reader
+    is swapped for :func:`_worst_constraint` while it samples (feasible exactly when every
+    constraint is met, as before); nothing else changes.
+    """
+
+    def sample_relative(
+        self, study: optuna.Study, trial: Any, search_space: dict[str, Any]
+    ) -> dict[str, Any]:
+        from optuna.samplers._gp import sampler as gp_module
+
+        original = gp_module._get_constraint_vals_and_feasibility
+        gp_module._get_constraint_vals_and_feasibility = _worst_constraint
+        try:
+            return super().sample_relative(study, trial, search_space)
+        finally:
+            gp_module._get_constraint_vals_and_feasibility = original
+
+
+def _cmaes(seed: int) -> BaseSampler:
+    # Categorical parameters go to its independent sampler (RandomSampler(seed), the default).
+    return optuna.samplers.CmaEsSampler(seed=seed, warn_independent_sampling=False)
+
+
+#: The suite's peers: the sampler each swaps into ``tuner search``'s trial logic, by seed.
+PEER_SAMPLERS: dict[str, Callable[[int], BaseSampler]] = {
+    "peer-random": lambda seed: optuna.samplers.RandomSampler(seed=seed),
+    "peer-tpe": lambda seed: optuna.samplers.TPESampler(seed=seed),
+    "peer-tpe-mv": lambda seed: optuna.samplers.TPESampler(seed=seed, multivariate=True, group=True),
+    "peer-gp": lambda seed: _GPSampler(seed=seed, warn_independent_sampling=False),
+    "peer-cmaes": _cmaes,
+}
+
+
+def _peer(name: str) -> Callable[[Job, str], Search]:
+    """A peer: the tuner's study (rules, pruning, reuse, start points, confirmation) with
+    only the sampler swapped."""
+    return lambda job, tmp: _search(job, tmp, sampler=PEER_SAMPLERS[name](job.seed))
+
+
+def applies(strategy: str, space: Space) -> bool:
+    """Whether a strategy applies to a space: CMA-ES needs a numeric parameter."""
+    if strategy != "peer-cmaes":
+        return True
+    return any(isinstance(d, FloatDistribution | IntDistribution) for d in space.distributions().values())
+
+
 STRATEGIES: dict[str, Callable[[Job, str], Search]] = {
     "tuner": _tuner,
     "random": lambda job, tmp: _search(
@@ -282,11 +426,14 @@ STRATEGIES: dict[str, Callable[[Job, str], Search]] = {
     "all-off": lambda job, tmp: _search(
         job, tmp, space=_space(job.space, full_sweep=True), prune=False, reuse=False
     ),
+    **{name: _peer(name) for name in PEER_SAMPLERS},
 }
 
 
 # --- running and scoring -----------------------------------------------------------------------
-_TRUTH: dict[str, float] = {}
+#: Noise-free values already computed in this worker process, per space: two spaces may
+#: launch the same server (same flags and environment) and judge it on other workloads.
+_TRUTH: dict[str, dict[str, float]] = {}
 
 
 def recommendations(study: optuna.Study) -> list[dict[str, Any] | None]:
@@ -303,24 +450,43 @@ def recommendations(study: optuna.Study) -> list[dict[str, Any] | None]:
 def run_study(job: Job) -> StudyResult:
     """Run one study and score its recommendations noise-free (in a worker process)."""
     optuna.logging.set_verbosity(optuna.logging.WARNING)
+    _one_thread()
     space = _space(job.space)
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
         search = STRATEGIES[job.strategy](job, tmp)
-        search.run()
+        timed = TimedSampler(search.study.sampler)
+        search.study.sampler = timed
+        stopped = None
+        try:
+            search.run()
+        except StudyStopped as exc:  # the study ends there, as `tuner search` does
+            stopped = str(exc)
         study = search.study
         trials = sorted(study.get_trials(deepcopy=False), key=lambda t: t.number)
         wall = time.perf_counter() - t0
         recs = recommendations(study)
         server_s = [float(t.user_attrs.get("server_s", 0.0)) for t in trials]
+        verdict = [budget.has_verdict(t) for t in trials]
         drawn = [dict(t.params) for t in trials] if job.strategy == "random" else None
         outcomes: dict[str, int] = {}
         for t in trials:
             o = t.user_attrs.get("outcome", t.state.name.lower())
             outcomes[o] = outcomes.get(o, 0) + 1
-    rec_value = [0.0 if p is None else true_value(space, space.complete(p), _TRUTH) for p in recs]
-    trial_value = None if drawn is None else [true_value(space, space.complete(p), _TRUTH) for p in drawn]
-    return StudyResult(job, rec_value, server_s, outcomes, wall, trial_value)
+    truth = _TRUTH.setdefault(job.space, {})
+    rec_value = [0.0 if p is None else true_value(space, space.complete(p), truth) for p in recs]
+    trial_value = None if drawn is None else [true_value(space, space.complete(p), truth) for p in drawn]
+    return StudyResult(job, rec_value, server_s, outcomes, wall, trial_value, verdict, timed.seconds, stopped)
+
+
+def _one_thread() -> None:
+    """One thread per worker process for torch (the GP sampler): the workers are the
+    parallelism, and the machine's cores are shared."""
+    try:
+        import torch
+    except ImportError:
+        return
+    torch.set_num_threads(1)
 
 
 def run_jobs(
@@ -331,7 +497,7 @@ def run_jobs(
 
     unique = list({j.key: j for j in jobs}.values())
     # Longest first (full sweeps, long budgets) keeps both workers busy to the end.
-    cost = {"full-sweep": 3.0, "all-off": 4.0, "no-prune": 1.5, "tpe": 1.2}
+    cost = {"full-sweep": 3.0, "all-off": 4.0, "no-prune": 1.5, "tpe": 1.2, "peer-gp": 5.0}
     unique.sort(key=lambda j: -j.budget * cost.get(j.strategy, 1.0))
     done: dict[tuple, StudyResult] = {}
     t0 = time.perf_counter()

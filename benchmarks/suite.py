@@ -1,0 +1,586 @@
+"""The benchmark suite: the tuner and its peers on many spaces, tuned on some, judged on the rest.
+
+    python benchmarks/suite.py [--seeds 20] [--budget 40] [--spaces a,b] [--strategies tuner,gp]
+        [--jobs 2] [--fresh] [--markdown] [--readme]
+
+Spaces: the two project spaces that are suite members (the reference space and its trace
+variant, in search_spaces/) and the suite's own (benchmarks/spaces/*.yaml), split once
+and for good into :data:`TUNE` (spaces the sampler's constants may be fitted on) and
+:data:`JUDGED` (spaces it is only judged on); see benchmarks/spaces/SPLIT.md. Every table
+reports both.
+
+Strategies (:data:`STRATEGIES`): the tuner and its peers, each a study of ``tuner search``'s
+own trial logic with only the sampler swapped (benchmarks/studies.py, ``PEER_SAMPLERS``):
+random search, TPE (defaults), multivariate TPE, Optuna's GP sampler and CMA-ES (only on
+spaces with a numeric parameter). Noise is on, as in a real study; each recommendation (what
+``tuner best`` would pick) is scored noise-free against the space's best, established once
+by benchmarks/space_best.py and stored in benchmarks/results/suite_best/<space>.json.
+
+Per space and strategy: the share of seeds whose recommendation is within 2% / 5% of the
+best; the median and worst recommendation as a share of the best; the median budget used
+(trials with a verdict, tuner/budget.py) until the recommendation is within 2% ("> budget"
+when half the seeds never get there); studies that end with no feasible recommendation;
+the share of all trials that were proposals the engine rules or the space's constraints
+rejected; the mean time spent in the sampler per trial. Then the aggregate over TUNE and
+over JUDGED, and the targets of the suite as met / NOT MET lines.
+
+Each study's result is cached on disk (benchmarks/results/suite_cache/), keyed by its job,
+the space's content and a hash of the code it ran: the tuner's key covers its sampler
+(tuner/sampler.py) and the trial logic (study, budget, estimates, effects, fidelity); the
+peers' key the trial logic only, so changing the tuner's sampler re-runs the tuner alone.
+``--fresh`` ignores the cache. Results: benchmarks/results/suite.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import importlib.util
+import json
+import re
+import statistics
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from _common import RESULTS, load_best, machine, space_named, write_result
+from _tables import format_table, format_targets, markdown_table
+
+from studies import Job, StudyResult, applies, median_or_none, run_jobs
+
+ROOT = Path(__file__).resolve().parents[1]
+
+#: Spaces the sampler's constants may be fitted on, decided before any sampler tuning
+#: (benchmarks/spaces/SPLIT.md): the reference space, its trace variant, and two suite
+#: spaces that bring what the reference lacks to tuning: a small space without start
+#: points (DeepSeek-V3 chat on H200) and a goodput objective on long prompts (Kimi on B200).
+TUNE: tuple[str, ...] = (
+    "kimi-k2.6-8x-rtx-pro-6000",
+    "kimi-k2.6-8x-rtx-pro-6000-trace",
+    "deepseek-v3-8x-h200-chat",
+    "kimi-k2.6-8x-b200-longprompt",
+)
+#: Spaces the sampler is only judged on; no constant may be fitted on them. The first two
+#: are the two spaces of issue 15 (goodput on H200; the reference parameters without start
+#: points, long prompts and a single-stream floor).
+JUDGED: tuple[str, ...] = (
+    "deepseek-v3-8x-h200-goodput",
+    "kimi-k2.6-8x-rtx-pro-6000-floor",
+    "kimi-k2.6-8x-h200-single",
+    "deepseek-v3-8x-b200-longout",
+    "deepseek-v3-8x-rtx-pro-6000-floor",
+)
+SPACES: tuple[str, ...] = TUNE + JUDGED
+#: The reference space (its own target: no loss against today).
+REFERENCE = "kimi-k2.6-8x-rtx-pro-6000"
+
+#: The suite's strategies: name in the tables -> strategy of benchmarks/studies.py.
+STRATEGIES: dict[str, str] = {
+    "tuner": "tuner",
+    "random": "peer-random",
+    "tpe": "peer-tpe",
+    "tpe-mv": "peer-tpe-mv",
+    "gp": "peer-gp",
+    "cmaes": "peer-cmaes",
+}
+
+#: Targets of issue 15 ("Must show").
+TARGET_JUDGED_WITHIN_2 = 0.90
+TARGET_REFERENCE_WITHIN_2 = 0.95
+TARGET_TRIALS_RATIO = 1 / 3
+TARGET_OVERHEAD_MS = 300.0
+TARGET_REJECTED_SHARE = 0.10
+
+#: What each study's result depends on besides its job and space: the trial logic every
+#: strategy shares, and the simulator and engine rules that measure and judge a trial.
+SHARED_CODE = (
+    "tuner/study.py",
+    "tuner/budget.py",
+    "tuner/estimates.py",
+    "tuner/effects.py",
+    "tuner/fidelity.py",
+    "tuner/sim",
+    "tuner/engines/sglang.py",
+    "tuner/data/hardware",
+    "tuner/data/models",
+    "benchmarks/studies.py",
+    "benchmarks/space_best.py",
+    "benchmarks/_common.py",
+)
+#: ...and what the tuner's studies alone depend on.
+TUNER_CODE = ("tuner/sampler.py",)
+CACHE = RESULTS / "suite_cache"
+
+#: Markers of the README's generated aggregate (``--readme`` rewrites what lies between).
+README_BEGIN = "<!-- suite:begin (generated by benchmarks/suite.py --readme) -->"
+README_END = "<!-- suite:end -->"
+
+
+# --- cache ---------------------------------------------------------------------------------
+def _hash_paths(paths: Sequence[str]) -> str:
+    h = hashlib.sha256()
+    for rel in paths:
+        path = ROOT / rel
+        files = (
+            sorted(p for p in path.rglob("*") if p.is_file() and p.suffix in (".py", ".yaml"))
+            if path.is_dir()
+            else [path]
+        )
+        for f in files:
+            h.update(str(f.relative_to(ROOT)).encode())
+            h.update(f.read_bytes() if f.exists() else b"<missing>")
+    return h.hexdigest()
+
+
+def _space_hash(name: str) -> str:
+    """The space's content as loaded (``extends`` resolved), and its trace file if any."""
+    space = space_named(name)
+    h = hashlib.sha256(space.spec.model_dump_json().encode())
+    if space.workload.trace:
+        h.update(Path(space.workload.trace).read_bytes())
+    return h.hexdigest()
+
+
+def cache_key(job: Job, code: dict[str, str], spaces: dict[str, str]) -> str:
+    kind = "tuner" if job.strategy == "tuner" else "peer"
+    payload = json.dumps([list(job.key), code[kind], spaces[job.space]], default=str)
+    return hashlib.sha256(payload.encode()).hexdigest()[:24]
+
+
+def code_hashes() -> dict[str, str]:
+    shared = _hash_paths(SHARED_CODE)
+    return {"peer": shared, "tuner": shared + _hash_paths(TUNER_CODE)}
+
+
+def run_cached(jobs: list[Job], n_jobs: int, fresh: bool) -> list[StudyResult]:
+    """Each job's result from the cache, running (and caching) the missing ones."""
+    code = code_hashes()
+    spaces = {name: _space_hash(name) for name in {j.space for j in jobs}}
+    keys = {j.key: cache_key(j, code, spaces) for j in jobs}
+    done: dict[tuple, StudyResult] = {}
+    if not fresh:
+        for j in jobs:
+            path = CACHE / f"{keys[j.key]}.json"
+            if path.exists():
+                done[j.key] = StudyResult.from_json(json.loads(path.read_text()))
+    todo = [j for j in jobs if j.key not in done]
+    print(f"{len(jobs)} studies: {len(jobs) - len(todo)} cached, {len(todo)} to run on {n_jobs} workers")
+    if todo:
+        CACHE.mkdir(parents=True, exist_ok=True)
+        for r in run_jobs(todo, n_jobs, log=_log):
+            done[r.job.key] = r
+            (CACHE / f"{keys[r.job.key]}.json").write_text(json.dumps(r.to_json()))
+    return [done[j.key] for j in jobs]
+
+
+def _log(line: str) -> None:
+    print(line, flush=True)
+
+
+# --- scoring -------------------------------------------------------------------------------
+def score(results: list[StudyResult], best: float, budget: int) -> dict[str, Any]:
+    """One strategy on one space (see the module docstring)."""
+    finals = [r.final() for r in results]
+    shares = [v / best for v in finals]
+    to2 = [r.launches_to(0.98 * best) for r in results]
+    trials = sum(sum(r.outcomes.values()) for r in results)
+    rejected = sum(r.outcomes.get("infeasible", 0) for r in results)
+    return {
+        "seeds": len(results),
+        "within_2": sum(s >= 0.98 for s in shares) / len(results),
+        "within_5": sum(s >= 0.95 for s in shares) / len(results),
+        "median_share": float(statistics.median(shares)),
+        "worst_share": min(shares),
+        "median_trials_to_2": median_or_none(to2),
+        "reached_2": sum(t is not None for t in to2),
+        "trials_to_2": to2,
+        "no_feasible": sum(v <= 0 for v in finals),
+        "stopped": sum(r.stopped is not None for r in results),
+        "stopped_why": sorted({r.stopped for r in results if r.stopped is not None}),
+        "rejected_share": rejected / trials if trials else 0.0,
+        "sampler_ms": statistics.fmean(r.sampler_ms_per_trial() for r in results),
+        "wall_ms": statistics.fmean(1e3 * r.wall_s / max(len(r.rec_value), 1) for r in results),
+        "trials_mean": trials / len(results),
+        "budget": budget,
+        "shares": shares,
+    }
+
+
+def aggregate(per_space: dict[str, dict[str, Any]], names: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """Each strategy over a set of spaces: seeds pooled, and its weakest space."""
+    out: dict[str, dict[str, Any]] = {}
+    for strategy in STRATEGIES:
+        rows = [
+            per_space[s]["rows"][strategy]
+            for s in names
+            if s in per_space and strategy in per_space[s]["rows"]
+        ]
+        if not rows:
+            continue
+        shares = [x for r in rows for x in r["shares"]]
+        trials = sum(r["trials_mean"] * r["seeds"] for r in rows)
+        out[strategy] = {
+            "spaces": len(rows),
+            "seeds": sum(r["seeds"] for r in rows),
+            "within_2": sum(s >= 0.98 for s in shares) / len(shares),
+            "within_5": sum(s >= 0.95 for s in shares) / len(shares),
+            "weakest_within_2": min(r["within_2"] for r in rows),
+            "median_share": float(statistics.median(shares)),
+            "worst_share": min(shares),
+            "median_trials_to_2": median_or_none(t for r in rows for t in r["trials_to_2"]),
+            "reached_2": sum(r["reached_2"] for r in rows),
+            "no_feasible": sum(r["no_feasible"] for r in rows),
+            "rejected_share": sum(r["rejected_share"] * r["trials_mean"] * r["seeds"] for r in rows) / trials
+            if trials
+            else 0.0,
+            "sampler_ms": statistics.fmean(r["sampler_ms"] for r in rows),
+        }
+    return out
+
+
+def _ahead(t: dict[str, Any], p: dict[str, Any]) -> bool:
+    """The tuner is ahead of a peer on a space: more seeds within 2%, or as many and a median
+    budget to get there no larger (not reached counts as infinite)."""
+    if t["within_2"] != p["within_2"]:
+        return t["within_2"] > p["within_2"]
+    inf = float("inf")
+    tm, pm = t["median_trials_to_2"], p["median_trials_to_2"]
+    return (inf if tm is None else tm) <= (inf if pm is None else pm)
+
+
+def targets(per_space: dict[str, dict[str, Any]], budget: int) -> list[dict[str, Any]]:
+    """The suite's must-show lines (issue 15), over the spaces and strategies that ran."""
+    rows = {s: v["rows"] for s, v in per_space.items() if "tuner" in v["rows"]}
+    judged = [s for s in JUDGED if s in rows]
+    out = []
+    if judged:
+        low = [s for s in judged if rows[s]["tuner"]["within_2"] < TARGET_JUDGED_WITHIN_2]
+        out.append(
+            {
+                "target": f"judged: tuner within 2% in >= {TARGET_JUDGED_WITHIN_2:.0%} of seeds on every "
+                "judged space",
+                "met": not low,
+                "figures": ", ".join(f"{s} {rows[s]['tuner']['within_2']:.0%}" for s in judged),
+            }
+        )
+    behind = [
+        f"{peer} on {s}"
+        for s, r in rows.items()
+        for peer in r
+        if peer != "tuner" and not _ahead(r["tuner"], r[peer])
+    ]
+    out.append(
+        {
+            "target": "tuner ahead of every peer on every space (more seeds within 2%, ties by median "
+            "trials to 2%)",
+            "met": not behind,
+            "figures": "behind or tied: " + ", ".join(behind) if behind else "ahead everywhere",
+        }
+    )
+    ratio_figures, ratio_ok = [], True
+    for s in judged:
+        if "random" not in rows[s]:
+            continue
+        tm, rm = rows[s]["tuner"]["median_trials_to_2"], rows[s]["random"]["median_trials_to_2"]
+        bound = rm if rm is not None else budget  # random's median is beyond the budget
+        ok = tm is not None and tm <= TARGET_TRIALS_RATIO * bound
+        ratio_ok &= ok
+        tm_s = "-" if tm is None else f"{tm:g}"
+        ratio_figures.append(f"{s} {tm_s} vs {'>' if rm is None else ''}{bound:g}")
+    if ratio_figures:
+        out.append(
+            {
+                "target": "judged: tuner's median trials to 2% at most a third of random search's",
+                "met": ratio_ok,
+                "figures": ", ".join(ratio_figures),
+            }
+        )
+    if REFERENCE in rows:
+        w = rows[REFERENCE]["tuner"]["within_2"]
+        out.append(
+            {
+                "target": f"reference space: tuner within 2% in >= {TARGET_REFERENCE_WITHIN_2:.0%} of seeds",
+                "met": w >= TARGET_REFERENCE_WITHIN_2,
+                "figures": f"{w:.0%}",
+            }
+        )
+    floors = [s for s in rows if per_space[s]["floor"] and not per_space[s]["start_points"]]
+    if floors:
+        empty = {s: rows[s]["tuner"]["no_feasible"] for s in floors}
+        out.append(
+            {
+                "target": "spaces without start points and with a single-stream floor: no tuner study ends "
+                "without a feasible recommendation",
+                "met": not any(empty.values()),
+                "figures": ", ".join(f"{s} {n} of {rows[s]['tuner']['seeds']}" for s, n in empty.items()),
+            }
+        )
+    rej = {s: r["tuner"]["rejected_share"] for s, r in rows.items()}
+    most = max(rej, key=lambda s: rej[s])
+    out.append(
+        {
+            "target": f"tuner's trials that were rule-rejected proposals < {TARGET_REJECTED_SHARE:.0%} on "
+            "every space",
+            "met": all(v < TARGET_REJECTED_SHARE for v in rej.values()),
+            "figures": f"worst {rej[most]:.0%} ({most})",
+        }
+    )
+    ms = {s: r["tuner"]["sampler_ms"] for s, r in rows.items()}
+    worst = max(ms, key=lambda s: ms[s])
+    out.append(
+        {
+            "target": f"tuner's sampler overhead < {TARGET_OVERHEAD_MS:.0f} ms per trial on every space",
+            "met": ms[worst] < TARGET_OVERHEAD_MS,
+            "figures": f"worst {ms[worst]:.0f} ms ({worst})",
+        }
+    )
+    gp = [r["gp"]["sampler_ms"] for r in rows.values() if "gp" in r]
+    if gp:
+        out.append(
+            {
+                "target": "(for reference) Optuna's GPSampler overhead per trial",
+                "met": True,
+                "figures": f"mean {statistics.fmean(gp):.0f} ms, worst {max(gp):.0f} ms",
+            }
+        )
+    return out
+
+
+def analyse(results: list[StudyResult], bests: dict[str, float], budget: int, seeds: int) -> dict[str, Any]:
+    per_space: dict[str, dict[str, Any]] = {}
+    for name in bests:
+        space = space_named(name)
+        rows = {}
+        for label, strategy in STRATEGIES.items():
+            mine = [r for r in results if r.job.space == name and r.job.strategy == strategy]
+            if mine:
+                rows[label] = score(mine, bests[name], budget)
+        per_space[name] = {
+            "split": "TUNE" if name in TUNE else "JUDGED",
+            "best": bests[name],
+            "hardware": space.hardware,
+            "model": space.model,
+            "objective": space.objective.model_dump(exclude_none=True),
+            "floor": space.objective.min_single_stream is not None,
+            "parameters": len(space.distributions()),
+            "start_points": len(space.start_points()),
+            "rows": rows,
+        }
+    return {
+        "budget": budget,
+        "seeds": seeds,
+        "tune": list(TUNE),
+        "judged": list(JUDGED),
+        "spaces": per_space,
+        "aggregate": {
+            "TUNE": aggregate(per_space, TUNE),
+            "JUDGED": aggregate(per_space, JUDGED),
+        },
+        "targets": targets(per_space, budget),
+        "machine": machine(),
+    }
+
+
+# --- tables --------------------------------------------------------------------------------
+SPACE_HEADER = [
+    "strategy",
+    "within 2%",
+    "within 5%",
+    "median",
+    "worst",
+    "trials to 2%",
+    "no rec.",
+    "rejected",
+    "sampler ms",
+]
+AGG_HEADER = [
+    "strategy",
+    "spaces",
+    "within 2%",
+    "weakest space",
+    "within 5%",
+    "median",
+    "worst",
+    "trials to 2%",
+    "no rec.",
+    "rejected",
+    "sampler ms",
+]
+
+
+def _med(row: dict[str, Any], budget: int) -> str:
+    m = row["median_trials_to_2"]
+    seeds = row["seeds"]
+    return (f"> {budget}" if m is None else f"{m:g}") + f" ({row['reached_2']}/{seeds})"
+
+
+def space_rows(entry: dict[str, Any], budget: int) -> list[list[str]]:
+    return [
+        [
+            label,
+            f"{r['within_2']:.0%}",
+            f"{r['within_5']:.0%}",
+            f"{r['median_share']:.1%}",
+            f"{r['worst_share']:.1%}",
+            _med(r, budget),
+            str(r["no_feasible"]),
+            f"{r['rejected_share']:.0%}",
+            f"{r['sampler_ms']:.0f}",
+        ]
+        for label, r in entry["rows"].items()
+    ]
+
+
+def agg_rows(agg: dict[str, Any], budget: int) -> list[list[str]]:
+    return [
+        [
+            label,
+            str(r["spaces"]),
+            f"{r['within_2']:.0%}",
+            f"{r['weakest_within_2']:.0%}",
+            f"{r['within_5']:.0%}",
+            f"{r['median_share']:.1%}",
+            f"{r['worst_share']:.1%}",
+            _med(r, budget),
+            str(r["no_feasible"]),
+            f"{r['rejected_share']:.0%}",
+            f"{r['sampler_ms']:.0f}",
+        ]
+        for label, r in agg.items()
+    ]
+
+
+def _stopped_note(entry: dict[str, Any]) -> list[str]:
+    """A line naming the strategies whose studies stopped before their budget."""
+    stopped = {label: r["stopped"] for label, r in entry["rows"].items() if r.get("stopped")}
+    if not stopped:
+        return []
+    what = ", ".join(f"{label} {n} of {entry['rows'][label]['seeds']}" for label, n in stopped.items())
+    why = sorted({w for r in entry["rows"].values() for w in r.get("stopped_why", [])})
+    return [f"  studies stopped before their budget: {what} ({'; '.join(why)})"]
+
+
+def _space_title(name: str, e: dict[str, Any]) -> str:
+    obj = e["objective"]
+    what = obj["name"]
+    if obj.get("min_single_stream") is not None:
+        what += f", single-stream >= {obj['min_single_stream']:g}"
+    if obj["name"] == "goodput":
+        what += f", TTFT <= {obj['ttft_s']:g} s, TPOT <= {obj['tpot_ms']:g} ms"
+    return (
+        f"{name} [{e['split']}]: {e['model']} on {e['hardware']}, {what}; {e['parameters']} parameters, "
+        f"{e['start_points'] or 'no'} start points; best {e['best']:.1f} tok/s"
+    )
+
+
+def text(summary: dict[str, Any]) -> str:
+    b, seeds = summary["budget"], summary["seeds"]
+    lines = [
+        f"Benchmark suite: budget {b}, {seeds} seeds per strategy and space, noise on; recommendations "
+        "scored noise-free against each space's best. Columns: seeds within 2%/5% of the best, median and "
+        "worst recommendation (share of best), median trials (with a verdict) until within 2% (seeds that "
+        "got there), studies with no feasible recommendation, share of trials that were rule-rejected "
+        "proposals, mean ms per trial in the sampler.",
+        f"TUNE: {', '.join(summary['tune'])}",
+        f"JUDGED: {', '.join(summary['judged'])}",
+        "",
+    ]
+    for name, e in summary["spaces"].items():
+        lines += [_space_title(name, e), format_table(SPACE_HEADER, space_rows(e, b)), *_stopped_note(e), ""]
+    for split, agg in summary["aggregate"].items():
+        if agg:
+            lines += [
+                f"Aggregate over {split} (seeds pooled):",
+                format_table(AGG_HEADER, agg_rows(agg, b)),
+                "",
+            ]
+    lines.append(format_targets(summary["targets"]))
+    return "\n".join(lines)
+
+
+def markdown(summary: dict[str, Any]) -> str:
+    """The aggregate over TUNE and over JUDGED and the targets, as Markdown (the README's)."""
+    b, seeds = summary["budget"], summary["seeds"]
+    lines = [f"Budget {b}, {seeds} seeds per strategy and space, noise on ({summary['machine']}).", ""]
+    for split, agg in summary["aggregate"].items():
+        if agg:
+            names = summary["tune"] if split == "TUNE" else summary["judged"]
+            lines += [
+                f"**{split}** ({', '.join(f'`{n}`' for n in names)}):",
+                "",
+                markdown_table(AGG_HEADER, agg_rows(agg, b)),
+                "",
+            ]
+    lines.append(format_targets(summary["targets"], markdown=True))
+    return "\n".join(lines)
+
+
+def write_readme(md: str, readme: Path = ROOT / "README.md") -> None:
+    """Replace the README's generated aggregate (between :data:`README_BEGIN` and :data:`README_END`)."""
+    text_ = readme.read_text()
+    pattern = re.compile(re.escape(README_BEGIN) + ".*?" + re.escape(README_END), re.S)
+    if not pattern.search(text_):
+        raise SystemExit(f"{readme} has no {README_BEGIN} ... {README_END} section")
+    readme.write_text(pattern.sub(lambda _: f"{README_BEGIN}\n{md}\n{README_END}", text_))
+
+
+# --- main ----------------------------------------------------------------------------------
+def gp_available() -> bool:
+    return all(importlib.util.find_spec(m) is not None for m in ("torch", "scipy"))
+
+
+def jobs(spaces: Sequence[str], strategies: Sequence[str], seeds: int, budget: int) -> list[Job]:
+    out = []
+    for name in spaces:
+        space = space_named(name)
+        for label in strategies:
+            strategy = STRATEGIES[label]
+            if applies(strategy, space):
+                out += [Job(strategy, seed, budget, space=name) for seed in range(seeds)]
+    return out
+
+
+def _csv(text_: str) -> list[str]:
+    return [x.strip() for x in text_.split(",") if x.strip()]
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seeds", type=int, default=20)
+    ap.add_argument("--budget", type=int, default=40)
+    ap.add_argument("--spaces", default=",".join(SPACES), help="comma-separated subset of the suite's spaces")
+    ap.add_argument("--strategies", default=",".join(STRATEGIES), help="comma-separated subset")
+    ap.add_argument("--jobs", type=int, default=2, help="worker processes (default 2)")
+    ap.add_argument("--fresh", action="store_true", help="ignore the cache of study results")
+    ap.add_argument("--markdown", action="store_true", help="also print the aggregate as Markdown")
+    ap.add_argument("--readme", action="store_true", help="write the Markdown aggregate into README.md")
+    args = ap.parse_args(argv)
+    spaces, strategies = _csv(args.spaces), _csv(args.strategies)
+    for kind, given, known in (("spaces", spaces, SPACES), ("strategies", strategies, STRATEGIES)):
+        unknown = sorted(set(given) - set(known))
+        if unknown:
+            ap.error(f"unknown {kind}: {', '.join(unknown)} (known: {', '.join(known)})")
+    if "gp" in strategies and not gp_available():
+        print("gp left out: Optuna's GPSampler needs torch and scipy (pip install -e '.[bench]')")
+        strategies.remove("gp")
+    if "tuner" not in strategies:
+        strategies.insert(0, "tuner")
+    bests = {name: load_best(name, suite=True)["value"] for name in spaces}
+    results = run_cached(jobs(spaces, strategies, args.seeds, args.budget), args.jobs, args.fresh)
+    summary = analyse(results, bests, args.budget, args.seeds)
+    write_result("suite", summary)
+    print(text(summary))
+    if args.markdown or args.readme:
+        md = markdown(summary)
+        if args.markdown:
+            print("\n" + md)
+        if args.readme:
+            write_readme(md)
+    return summary
+
+
+if __name__ == "__main__":
+    main()

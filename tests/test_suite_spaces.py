@@ -1,0 +1,90 @@
+"""The benchmark suite's spaces (benchmarks/spaces/, benchmarks/suite.py): each loads like
+any space a person writes, its start points render to a launch, the fixed split names every
+space once, and every stored best is a configuration the simulator launches."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import suite  # noqa: E402
+from _common import SUITE_SPACES, best_path, launchable, space_named  # noqa: E402
+
+from tuner.space import load_space, resolve_space  # noqa: E402
+
+SUITE_FILES = sorted(SUITE_SPACES.glob("*.yaml"))
+
+
+def _file(name: str) -> Path:
+    own = SUITE_SPACES / f"{name}.yaml"
+    return own if own.is_file() else resolve_space(name)
+
+
+def test_the_split_names_every_space_once() -> None:
+    names = [*suite.TUNE, *suite.JUDGED]
+    assert len(names) == len(set(names)), "a space is in both halves, or twice in one"
+    own = {p.stem for p in SUITE_FILES}
+    assert own <= set(names), f"suite spaces outside the split: {sorted(own - set(names))}"
+    assert set(names) - own == {"kimi-k2.6-8x-rtx-pro-6000", "kimi-k2.6-8x-rtx-pro-6000-trace"}
+    assert len(names) >= 8
+    split_doc = (SUITE_SPACES / "SPLIT.md").read_text()
+    for name in suite.TUNE:
+        assert f"`{name}`" in split_doc.split("## JUDGED")[0]
+    for name in suite.JUDGED:
+        assert f"`{name}`" in split_doc.split("## JUDGED")[1]
+
+
+@pytest.mark.parametrize("name", [*suite.TUNE, *suite.JUDGED])
+def test_space_loads_with_the_tuners_loader_and_renders_its_start_points(name: str) -> None:
+    path = _file(name)
+    space = load_space(path)
+    assert space.name == name
+    assert path.read_text().startswith("#"), "each space file opens with a comment saying what it is"
+    assert 6 <= len(space.distributions()) <= 20
+    for point in space.start_points():
+        spec = space.render(point)
+        assert spec.argv[:3] == ["python3", "-m", "sglang.launch_server"]
+        assert not space.check(point), f"start point refused by the rules: {point}"
+        assert launchable(space, point), f"start point does not launch in the simulator: {point}"
+
+
+def test_the_issues_spaces_are_as_described() -> None:
+    goodput = space_named("deepseek-v3-8x-h200-goodput")
+    assert (goodput.model, goodput.hardware) == ("deepseek-v3", "h200-sxm-x8")
+    assert goodput.objective.name == "goodput"
+    assert (goodput.objective.ttft_s, goodput.objective.tpot_ms) == (10, 60)
+    assert goodput.workload.levels == (1, 64, 256)
+    assert (goodput.workload.prompt_tokens, goodput.workload.max_tokens) == (2048, 512)
+    assert {"tp8_dpattn8", "tp4pp2"} <= set(goodput.value_lists()["layout"])
+
+    floor = space_named("kimi-k2.6-8x-rtx-pro-6000-floor")
+    reference = space_named("kimi-k2.6-8x-rtx-pro-6000")
+    assert floor.value_lists() == reference.value_lists()
+    assert floor.start_points() == []
+    assert floor.objective.name == "peak" and floor.objective.min_single_stream == 60
+    assert floor.workload.levels == (1, 64, 128)
+    assert (floor.workload.prompt_tokens, floor.workload.single_max_tokens, floor.workload.max_tokens) == (
+        4096,
+        256,
+        512,
+    )
+    without_start = [n for n in suite.SPACES if not space_named(n).start_points()]
+    assert len(without_start) >= 3
+
+
+@pytest.mark.parametrize("name", [*suite.TUNE, *suite.JUDGED])
+def test_stored_best_exists_and_launches(name: str) -> None:
+    path = best_path(name, suite=True)
+    assert path.is_file(), f"run `python benchmarks/space_best.py --space {name} --suite`"
+    best = json.loads(path.read_text())
+    space = space_named(name)
+    assert best["space"] == name and best["value"] > 0
+    params = space.complete(best["params"])
+    assert not space.check(params)
+    assert launchable(space, params)
