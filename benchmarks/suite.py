@@ -476,10 +476,25 @@ def _space_title(name: str, e: dict[str, Any]) -> str:
     )
 
 
+def _seeds_text(summary: dict[str, Any]) -> str:
+    """How many seeds each strategy ran per space (the peers may run fewer than the tuner)."""
+    counts = sorted(
+        {(label, row["seeds"]) for e in summary["spaces"].values() for label, row in e["rows"].items()}
+    )
+    tuner = {n for label, n in counts if label == "tuner"}
+    peers = {n for label, n in counts if label != "tuner"}
+    if not peers or peers == tuner:
+        return f"{', '.join(map(str, sorted(tuner)))} seeds per strategy and space"
+    return (
+        f"{', '.join(map(str, sorted(tuner)))} seeds per space for the tuner, "
+        f"{', '.join(map(str, sorted(peers)))} for each peer"
+    )
+
+
 def text(summary: dict[str, Any]) -> str:
-    b, seeds = summary["budget"], summary["seeds"]
+    b = summary["budget"]
     lines = [
-        f"Benchmark suite: budget {b}, {seeds} seeds per strategy and space, noise on; recommendations "
+        f"Benchmark suite: budget {b}, {_seeds_text(summary)}, noise on; recommendations "
         "scored noise-free against each space's best. Columns: seeds within 2%/5% of the best, median and "
         "worst recommendation (share of best), median trials (with a verdict) until within 2% (seeds that "
         "got there), studies with no feasible recommendation, share of trials that were rule-rejected "
@@ -503,8 +518,8 @@ def text(summary: dict[str, Any]) -> str:
 
 def markdown(summary: dict[str, Any]) -> str:
     """The aggregate over TUNE and over JUDGED and the targets, as Markdown (the README's)."""
-    b, seeds = summary["budget"], summary["seeds"]
-    lines = [f"Budget {b}, {seeds} seeds per strategy and space, noise on ({summary['machine']}).", ""]
+    b = summary["budget"]
+    lines = [f"Budget {b}, {_seeds_text(summary)}, noise on ({summary['machine']}).", ""]
     for split, agg in summary["aggregate"].items():
         if agg:
             names = summary["tune"] if split == "TUNE" else summary["judged"]
@@ -532,14 +547,19 @@ def gp_available() -> bool:
     return all(importlib.util.find_spec(m) is not None for m in ("torch", "scipy"))
 
 
-def jobs(spaces: Sequence[str], strategies: Sequence[str], seeds: int, budget: int) -> list[Job]:
+def jobs(
+    spaces: Sequence[str], strategies: Sequence[str], seeds: int, budget: int, peer_seeds: int | None = None
+) -> list[Job]:
+    """The studies of a run: ``seeds`` per space for the tuner, ``peer_seeds`` (default the
+    same) for each peer."""
     out = []
     for name in spaces:
         space = space_named(name)
         for label in strategies:
             strategy = STRATEGIES[label]
+            n = seeds if label == "tuner" or peer_seeds is None else min(seeds, peer_seeds)
             if applies(strategy, space):
-                out += [Job(strategy, seed, budget, space=name) for seed in range(seeds)]
+                out += [Job(strategy, seed, budget, space=name) for seed in range(n)]
     return out
 
 
@@ -550,6 +570,9 @@ def _csv(text_: str) -> list[str]:
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seeds", type=int, default=20)
+    ap.add_argument(
+        "--peer-seeds", type=int, default=None, help="seeds per space for each peer (default: --seeds)"
+    )
     ap.add_argument("--budget", type=int, default=40)
     ap.add_argument("--spaces", default=",".join(SPACES), help="comma-separated subset of the suite's spaces")
     ap.add_argument("--strategies", default=",".join(STRATEGIES), help="comma-separated subset")
@@ -569,7 +592,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if "tuner" not in strategies:
         strategies.insert(0, "tuner")
     bests = {name: load_best(name, suite=True)["value"] for name in spaces}
-    results = run_cached(jobs(spaces, strategies, args.seeds, args.budget), args.jobs, args.fresh)
+    results = run_cached(
+        jobs(spaces, strategies, args.seeds, args.budget, args.peer_seeds), args.jobs, args.fresh
+    )
     summary = analyse(results, bests, args.budget, args.seeds)
     write_result("suite", summary)
     print(text(summary))
