@@ -366,6 +366,12 @@ def outlier(trials: Sequence[FrozenTrial], launch: FrozenTrial) -> dict[str, flo
         sd = before.noise * math.sqrt(1.0 + 1.0 / len(ref))
         off = _beyond(launch, centre, sd, trial_record.fidelity(ref[0]) == "target")
     else:
+        # A value no earlier launch ran may do anything (1 -> 8 sequences per batch is 3-4x):
+        # the prediction rests on evidence only when every value was launched before.
+        ran = [t for t in trials if launched(t) or t.state == TrialState.PRUNED]
+        seen = {(n, repr(v)) for t in ran for n, v in t.params.items()}
+        if any((n, repr(v)) not in seen for n, v in launch.params.items()):
+            return None
         centre, spread = before.model.predict(launch.params, key)
         sd = math.hypot(spread, before.noise)
         off = abs(math.log(launch.values[-1]) - centre) > OUTLIER_Z * sd
