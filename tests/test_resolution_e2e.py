@@ -64,8 +64,12 @@ def test_a_rewrite_prone_space_launches_each_resolved_server_once(workdir: Path)
     launched = [t for t in trials if "reused_from" not in t.user_attrs]
     assert all(t.user_attrs["outcome"] == "complete" for t in launched)
     assert all(t.user_attrs["outcome"] == "reused" for t in trials if t not in launched)
-    launched_servers = [t.user_attrs["server_key"] for t in launched]
-    assert len(launched) == 5 == len(set(launched_servers))  # one DeepEP server, four plain ones
+    # Each resolved server is launched once, except the study's deliberate re-measurements
+    # (a leader's repeat, an outlier's check), which launch a server already measured.
+    first = [t for t in launched if "repeat_of" not in t.user_attrs]
+    servers = [t.user_attrs["server_key"] for t in first]
+    assert len(servers) == len(set(servers)) >= 4  # one DeepEP server, plain ones
+    assert all(t.user_attrs["server_key"] in servers for t in launched if t not in first)
     logs = workdir / "studies" / "deepep"
     started = sorted(p.name for p in logs.glob("trial-*.log"))
     assert started == sorted(f"trial-{t.number}.log" for t in launched)
