@@ -35,6 +35,7 @@ from tuner.failures import LaunchFailure
 from tuner.profiles import HardwareProfile, ModelProfile
 from tuner.sim.model import DEFAULT_MEM_FRACTION_STATIC, PerfModel
 from tuner.space import Space
+from tuner.start_points import fits
 
 #: Fractions of GPU memory the scan tries for ``--mem-fraction-static`` (SGLang accepts (0, 1);
 #: below 0.60 the pool wastes most of the card, above 0.95 no card keeps graph headroom).
@@ -620,19 +621,6 @@ def fit_table(model: ModelProfile, hw: HardwareProfile) -> list[tuple[str, float
     return [(lay.name, lay.weights_gib, lay.fits, lay.failure) for lay in scan(model, hw)]
 
 
-def _launches(space: Space, point: dict[str, Any]) -> bool:
-    """Whether ``point`` passes the space's rules and the simulator's memory plan."""
-    full = space.effective(space.complete(point))
-    if space.check(full):
-        return False
-    spec = space.render(full)
-    try:
-        PerfModel(space.hardware_profile, space.model_profile, sglang.parse_args(spec.argv), spec.env)
-    except LaunchFailure:
-        return False
-    return True
-
-
 def _compact(space: Space, point: dict[str, Any], keep: Sequence[str]) -> dict[str, Any]:
     """``point`` without the values the space would fill in anyway (first of each domain)."""
     defaults = space.complete({})
@@ -649,14 +637,14 @@ def finish(d: SpaceDraft, *, predictions: int, seed: int = 0) -> Space:
     space = Space.from_dict(d.doc, source=d.doc["name"])
     sg = d.doc["engine"] == "sglang"
     keep = [k for k in ("layout", "mem_fraction_static", "gpu_memory_utilization") if k in space.parameters]
-    starts = [p for p in d.doc["start"] if not sg or _launches(space, p)]
+    starts = [p for p in d.doc["start"] if not sg or fits(space, p)]
     seen = {space.key(space.effective(space.complete(p))) for p in starts}
     if sg and predictions > 0:
         from tuner.warmstart import predicted_top
 
         for point in predicted_top(space, k=PREDICTED_STARTS, trials=predictions, seed=seed):
             key = space.key(point)
-            if key not in seen and _launches(space, point):
+            if key not in seen and fits(space, point):
                 seen.add(key)
                 starts.append(_compact(space, point, keep))
     d.doc["start"] = starts

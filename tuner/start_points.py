@@ -85,7 +85,7 @@ def fits(space: Space, params: dict[str, Any]) -> bool:
 
     spec = space.render(full)
     try:
-        PerfModel.build(space.hardware, space.model, spec.argv, spec.env)
+        PerfModel(space.hardware_profile, space.model_profile, spec.args, spec.env)  # type: ignore[arg-type]
     except LaunchFailure:
         return False
     return True
