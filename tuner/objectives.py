@@ -12,7 +12,7 @@ are told to the sampler through ``trial.set_constraint`` (feasible when <= 0).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Literal
 
 import numpy as np
@@ -89,6 +89,16 @@ class Objective(BaseModel):
         if not any(m.concurrency > 1 for m in levels):
             return None
         return float(self.value(levels, goodputs))  # type: ignore[arg-type]
+
+    def feasibility(self, constraints: Mapping[str, float]) -> float | None:
+        """How close a measured configuration is to meeting the objective's constraints, as
+        the worst ratio of what it measured to what a constraint asks (>= 1: met); None
+        when the objective has none or ``constraints`` does not say. A study that has no
+        feasible configuration yet walks towards the highest ratio (tuner.sampler)."""
+        ratios = []
+        if self.min_single_stream and "min_single_stream" in constraints:
+            ratios.append(1.0 - constraints["min_single_stream"] / self.min_single_stream)
+        return min(ratios) if ratios else None
 
     def violations(self, levels: Sequence[LevelMetrics]) -> dict[str, float]:
         """Constraint values (> 0 = violated) for ``trial.set_constraint``."""

@@ -119,7 +119,10 @@ class Search:
         self.start_not_run: list[tuple[str, dict[str, Any]]] = []
         self.study_name = study_name
         sampler = IncumbentLocalSampler(
-            seed=seed, identity=self._identity, distributions=space.distributions()
+            seed=seed,
+            identity=self._identity,
+            distributions=space.distributions(),
+            feasibility=self._feasibility,
         )
         self.storage = open_storage(storage)
         self.gate = BudgetGate(self.storage, storage, study_name)
@@ -153,6 +156,11 @@ class Search:
         # budget of one or two measures every trial on the whole target.
         self.screens = self.confirm and space.proxy != space.workload and budget >= 3
         self.order = fidelity.screening_order(space.proxy, space.workload)
+
+    def _feasibility(self, t: FrozenTrial) -> float | None:
+        """How close a launch came to the objective's constraints (see
+        :meth:`Objective.feasibility`); None for a trial that measured nothing."""
+        return self.objective.feasibility(t.constraints) if estimates.launched(t) else None
 
     def _identity(self, params: dict[str, Any]) -> str | None:
         """Canonical configuration of a sampler proposal; None if the launch rules reject it."""

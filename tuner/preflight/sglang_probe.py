@@ -160,7 +160,7 @@ def fake_host() -> None:
         warp_size=32,
         gcnArchName="",
     )
-    cuda = torch.cuda
+    cuda: Any = torch.cuda  # patched with stand-ins: not the typed module any more
     cuda.is_available = lambda: True
     cuda.device_count = lambda: FAKE_GPU_COUNT
     cuda.get_device_name = lambda device=None: FAKE_GPU_NAME
