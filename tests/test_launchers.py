@@ -366,6 +366,26 @@ def test_ssh_stops_a_leftover_server_before_starting(sshd, tmp_path: Path) -> No
     assert not group_members(second.pgid)
 
 
+def test_two_studies_on_one_host_keep_their_own_server_logs(sshd, tmp_path: Path) -> None:
+    """Trial 1 of two studies run on one host, one after the other: each trial's server log
+    on the host is its own (named by the study), and the first study's local log still
+    holds its own server's output after the second ran."""
+    remote = tmp_path / "remote"
+    logs = {name: tmp_path / "studies" / name / "trial-1.log" for name in ("chat", "batch")}
+    for name, log in logs.items():
+        with SshLauncher(sshd.transport(), SGLANG, remote_dir=str(remote), stop_grace_s=5) as launcher:
+            launcher.start(
+                emulator_spec(free_port(), "--served-model-name", name), log_path=log, trial_label="trial-1"
+            )
+            launcher.wait_healthy(30, poll_s=0.2)
+    assert sorted(p.name for p in remote.glob("*.log")) == ["batch-trial-1.log", "chat-trial-1.log"]
+    for name, log in logs.items():
+        other = "batch" if name == "chat" else "chat"
+        for text in (log.read_text(), (remote / f"{name}-trial-1.log").read_text()):
+            assert "fired up and ready to roll" in text
+            assert name in text and other not in text
+
+
 def test_ssh_invalid_args_classified_from_fetched_log(sshd, tmp_path: Path) -> None:
     launcher = SshLauncher(sshd.transport(), SGLANG, remote_dir=str(sshd.home / "remote"))
     launcher.start(

@@ -9,6 +9,7 @@ reply lengths, their arrivals); every backend sends what it says.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Literal
 
@@ -74,8 +75,19 @@ class LengthDistribution(BaseModel):
             out = tokens[rng.choice(len(tokens), size=n, p=weights / weights.sum())]
         return np.clip(np.rint(out), self.low, self.high or np.inf).astype(np.int64)
 
+    @cached_property
+    def longest(self) -> int:
+        """The longest length a request may draw: ``high`` where set, else the longest of
+        4096 draws (seed 0), which is exact for every kind but the log-normal. Computed once
+        per distribution: the workload asks it for every level."""
+        return int(self.high or self.sample(np.random.default_rng(0), 4096).max())
+
     def mean(self) -> float:
         """Expected length (by sampling for the clipped log-normal; exact otherwise)."""
+        return self._mean
+
+    @cached_property
+    def _mean(self) -> float:
         if self.kind == "fixed":
             return float(self.value or 1)
         if self.kind == "uniform":
@@ -208,8 +220,7 @@ class Workload(BaseModel):
         if self.kind == "trace":
             return int(self.load_trace().output_tokens.max())
         if self.lengths is not None and self.lengths.output is not None:
-            dist = self.lengths.output
-            return int(dist.high or max(dist.sample(np.random.default_rng(0), 4096)))
+            return self.lengths.output.longest
         return self.single_max_tokens if concurrency == 1 else self.max_tokens
 
     def mean_lengths(self, concurrency: int) -> tuple[float, float]:

@@ -12,8 +12,9 @@ Remote layout (paths relative to the remote home directory unless absolute), in
   running by an earlier, killed tuner run is found and stopped before the next start.
 * ``tuner-<port>.status``: the exit status, written by the wrapper shell when the
   server ends by itself.
-* ``<trial label>.log``: the server's output, fetched incrementally (``tail -c +N``)
-  into the trial's local log file.
+* ``<study>-<trial label>.log``: the server's output, fetched incrementally
+  (``tail -c +N``) into the trial's local log file. The study is the folder of that local
+  file (``studies/<study>/``), so two studies on one host never write to one log.
 
 Health and measurement go through an ssh local port forward (``-L``), see
 :class:`~tuner.transports.ssh.SshTunnel` for why.
@@ -111,12 +112,12 @@ class SshLauncher(Launcher):
 
     # -- remote scripts ------------------------------------------------------------
 
-    def _paths(self, port: int, trial_label: str) -> None:
+    def _paths(self, port: int, trial_label: str, study: str) -> None:
         slot = f"tuner-{port}"
         self._marker = f"tuner-slot={slot}"
         self._pid_file = f"{self.remote_dir}/{slot}.pid"
         self._status_file = f"{self.remote_dir}/{slot}.status"
-        self._remote_log = f"{self.remote_dir}/{_safe_name(trial_label)}.log"
+        self._remote_log = f"{self.remote_dir}/{_safe_name(study)}-{_safe_name(trial_label)}.log"
 
     def _functions(self) -> str:
         """Shell functions shared by the remote scripts."""
@@ -208,7 +209,7 @@ echo "pid $(cat {q(self._pid_file)} 2>/dev/null)"
         log_file = self._begin(spec, log_path, trial_label)
         bind_host, port = bind_address(spec)
         self._bind_host, self._port = bind_host, port
-        self._paths(port, trial_label)
+        self._paths(port, trial_label, log_path.parent.name)
         self._returncode, self._exited, self._log_offset, self._probe_failures = None, False, 0, 0
         self.pgid = None
         self._serving, self._route_lost = False, None
