@@ -152,8 +152,10 @@ class StudyResult:
     ``rec_value[n-1]`` is the noise-free value (tok/s, the space's sweep) of the configuration
     the study recommends after its first ``n`` trials (0 while none is feasible);
     ``server_s[n-1]`` is trial n's simulated server time (start-up + measured levels).
-    ``trial_value`` (random search only) is the noise-free value of every trial's own
-    configuration, for the hit rate of a random draw. ``verdict[n-1]``: whether trial n used
+    ``trial_value`` is the noise-free value of every trial's own configuration (0 for one
+    the rules refuse): for the hit rate of a random draw, and for telling a search that
+    never launched a configuration near the best from one that launched it and recommended
+    another (:meth:`launched_within`). ``verdict[n-1]``: whether trial n used
     up the budget (a launch or a reuse; a proposal the rules reject does not, see
     :mod:`tuner.budget`); ``sampler_s``: seconds spent inside the sampler over the study.
     A study stopped early (:class:`~tuner.budget.StudyStopped`) is scored on the trials it ran.
@@ -189,6 +191,13 @@ class StudyResult:
             if v >= target:
                 return n
         return None
+
+    def launched_within(self, target: float) -> bool | None:
+        """Whether any trial launched a configuration worth at least ``target`` (noise-free);
+        None for a result stored without trial values."""
+        if self.trial_value is None:
+            return None
+        return any(v >= target for v in self.trial_value)
 
     def server_h(self, budget: int | None = None) -> float:
         return sum(self.server_s[:budget]) / 3600
@@ -468,14 +477,14 @@ def run_study(job: Job) -> StudyResult:
         recs = recommendations(study)
         server_s = [float(t.user_attrs.get("server_s", 0.0)) for t in trials]
         verdict = [budget.has_verdict(t) for t in trials]
-        drawn = [dict(t.params) for t in trials] if job.strategy == "random" else None
+        drawn = [dict(t.params) for t in trials]
         outcomes: dict[str, int] = {}
         for t in trials:
             o = t.user_attrs.get("outcome", t.state.name.lower())
             outcomes[o] = outcomes.get(o, 0) + 1
     truth = _TRUTH.setdefault(job.space, {})
     rec_value = [0.0 if p is None else true_value(space, space.complete(p), truth) for p in recs]
-    trial_value = None if drawn is None else [true_value(space, space.complete(p), truth) for p in drawn]
+    trial_value = [true_value(space, space.complete(p), truth) for p in drawn]
     return StudyResult(job, rec_value, server_s, outcomes, wall, trial_value, verdict, timed.seconds, stopped)
 
 
