@@ -291,34 +291,3 @@ def test_a_glitched_launch_sets_no_pruning_bar(space, workdir: Path):
     (check,) = [t for t in trials if t.user_attrs.get(OUTLIER_CHECK) == GLITCHED]
     assert check.state == TrialState.COMPLETE
     assert estimates.outlier_verdicts(trials) == {GLITCHED: estimates.DROPPED}
-
-
-def _floor_trial(number: int, ep_size: int, peak: float, single: float, floor: float = 60.0):
-    t = optuna.trial.create_trial(
-        params={"ep_size": ep_size},
-        distributions=DIST,
-        value=peak,
-        state=TrialState.COMPLETE,
-        user_attrs={
-            "outcome": "complete",
-            "config_key": f"ep{ep_size}",
-            "levels": [{"concurrency": 1, "output_tok_s": single}, {"concurrency": 64, "output_tok_s": peak}],
-        },
-        system_attrs={"constraints:min_single_stream": floor - single},
-    )
-    t.number = number
-    return t
-
-
-def test_a_configuration_at_the_edge_of_the_floor_is_not_recommended_over_a_safe_one():
-    # ep8 meets the 60 tok/s floor on average (60.6 and 59.8 tok/s): a coin flip on the host.
-    # ep4 clears it by 10 tok/s at 3% less throughput: that is the configuration to hand out.
-    edge = [_floor_trial(0, 8, 500.0, 60.6), _floor_trial(1, 8, 498.0, 59.8)]
-    safe = [_floor_trial(2, 4, 485.0, 70.0), _floor_trial(3, 4, 483.0, 70.4)]
-    ev = estimates.evidence(edge + safe)
-    odds = {e.key: e.floor_odds for e in ev.estimates}
-    assert 0.5 < odds["ep8"] < 0.8 and odds["ep4"] > 0.99
-    assert ev.recommended().key == "ep4"
-    # Far above the floor, the faster configuration wins as before.
-    clear = [_floor_trial(0, 8, 500.0, 75.0), _floor_trial(1, 8, 498.0, 76.0)]
-    assert estimates.evidence(clear + safe).recommended().key == "ep8"

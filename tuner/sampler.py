@@ -16,14 +16,7 @@ not measured yet gets its parameter's own spread of effects as its uncertainty (
 whose values all measured alike is probably flat) and, for an ordered parameter, the trend
 of its measured neighbours (a memory fraction that gained going up probably gains going
 further up). So the walk spends its launches on the knobs that matter on *this* space,
-whatever they are, instead of a fixed or shuffled order. A value seen only bundled with
-other changes (a start point that sets five NCCL variables at once) has an unknown effect
-until a launch isolates it: the model would split the bundle's loss over every member.
-
-A change that ran out of memory from the incumbent is tried again with a second change
-the model expects to cost nothing (a *repair pair*: a higher memory fraction with a
-smaller request cap), so a walk that settled on a memory-hungry tie does not lose the
-gain another knob's limit hides.
+whatever they are, instead of a fixed or shuffled order.
 
 While no configuration meets the objective's constraints (a single-stream floor), there is
 no incumbent: the walk starts from the launch that came closest instead, and ranks its
@@ -97,20 +90,13 @@ LOCAL_KERNEL = 0.5
 #: Share of an ordered parameter's trend kept when a move goes past every measured value: a
 #: knob that gained going up often saturates (a request cap above what the KV pool admits).
 EXTRAPOLATION_SHRINK = 0.5
-#: A repair pair's companion change may be expected to lose at most this many of its own
-#: standard deviations (one: not known to lose).
-REPAIR_TOLERANCE = 1.0
-#: Repair pairs launched per failed change before it is given up: a change that fails with
-#: two different companions probably does not fit this incumbent at all.
-REPAIR_TRIES = 2
 #: Proposals tried to find a configuration the rules accept and not measured yet.
 MAX_ATTEMPTS = 50
 
 
 @dataclass(frozen=True)
 class Move:
-    """One candidate change of the incumbent and what the study expects of it: a single
-    parameter, or a repair pair (see :func:`_repairs`)."""
+    """One candidate single change of the incumbent and what the study expects of it."""
 
     name: str
     value: Any
@@ -120,14 +106,6 @@ class Move:
 
     #: Probability that the configuration launches at all (see :func:`_launch_odds`).
     launches: float = 1.0
-    #: A second change made together with this one (a repair pair), or None.
-    companion: tuple[str, Any] | None = None
-
-    @property
-    def changes(self) -> tuple[tuple[str, Any], ...]:
-        """Every parameter this move sets, with its new value."""
-        own = ((self.name, self.value),)
-        return own if self.companion is None else (*own, self.companion)
 
     @property
     def worth(self) -> float:
@@ -245,21 +223,20 @@ class IncumbentLocalSampler(BaseSampler):
         seen: set[str | None],
         done: Sequence[FrozenTrial],
     ) -> tuple[dict[str, Any], tuple[str, Any] | None] | None:
-        """The incumbent with its most promising untried change (see the module docstring)
-        and that change (None for a repair pair); a random two-parameter jump once every
-        change was tried."""
+        """The incumbent with its most promising untried single change (see the module
+        docstring) and that change; a random two-parameter jump (no single change) once
+        every single change was tried."""
         launched = [(dict(t.params), failed) for t in done if (failed := launch_failed(t)) is not None]
-        singles = [
+        moves = [
             replace(m, launches=_launch_odds({**best.params, m.name: m.value}, launched))
-            for m in self._moves(best, model, _isolated([params for params, _ in launched]))
+            for m in self._moves(best, model)
         ]
-        moves = singles + _repairs(best.params, singles, launched)
         moves.sort(key=lambda m: (m.worth, self._rng.random()), reverse=True)
         for move in moves:
-            plan = {**best.params, **dict(move.changes)}
+            plan = {**best.params, move.name: move.value}
             key = self._key(plan)
             if key is not None and key not in seen:
-                return plan, (move.name, move.value) if len(move.changes) == 1 else None
+                return plan, (move.name, move.value)
         for _ in range(MAX_ATTEMPTS):
             plan = self._jump(best)
             key = self._key(plan)
@@ -267,12 +244,8 @@ class IncumbentLocalSampler(BaseSampler):
                 return plan, None
         return None
 
-    def _moves(
-        self, best: FrozenTrial, model: effects.Effects | None, isolated: set[tuple[str, str]] | None = None
-    ) -> list[Move]:
-        """Every single change of the incumbent worth a launch, with its expected gain.
-        ``isolated`` (see :func:`_isolated`): the values measured apart from any other
-        change; the expected gain of any other value is at least 0."""
+    def _moves(self, best: FrozenTrial, model: effects.Effects | None) -> list[Move]:
+        """Every single change of the incumbent worth a launch, with its expected gain."""
         out: list[Move] = []
         for name, dist in best.distributions.items():
             current = best.params[name]
@@ -281,13 +254,6 @@ class IncumbentLocalSampler(BaseSampler):
                 if (name, repr(value)) in self._tabu:
                     continue
                 mean, sd = _expected_gain(model, dist, name, current, value, spread)
-                if isolated is not None and (name, repr(value)) not in isolated:
-                    # Not measured apart from other changes: the model splits a bundle's
-                    # loss evenly over its members, while in a serving space one member
-                    # usually carries all of it (NCCL_PROTO=LL among four other NCCL
-                    # settings in a start point; EPLB in a TPE draw that also raised the
-                    # memory fraction). Its gain is unknown, not negative.
-                    mean = max(mean, 0.0)
                 out.append(Move(name, value, mean, sd))
         return out
 
@@ -485,63 +451,6 @@ def _launch_odds(plan: Mapping[str, Any], launched: Sequence[tuple[dict[str, Any
         weight += w
         failed += w * did_fail
     return 1.0 - failed / weight
-
-
-def _repairs(
-    incumbent: Mapping[str, Any], singles: Sequence[Move], launched: Sequence[tuple[dict[str, Any], bool]]
-) -> list[Move]:
-    """Repair pairs: a single change that promised a gain but failed to launch from the
-    incumbent (out of memory: a memory fraction one step higher), made together with a
-    second change the model does not expect to cost anything (a request cap its workload
-    never fills). Which companion frees the memory is learnt from the launches like any
-    other failure (:func:`_launch_odds`); without pairs, a walk that settled on a memory-
-    hungry setting of one knob never sees the gain another knob's limit hides."""
-
-    def tried(m: Move) -> int:
-        # Launches of this change with one companion, whatever it was.
-        return sum(
-            1
-            for params, _ in launched
-            if repr(params.get(m.name)) == repr(m.value) and _distance(params, incumbent) == 2
-        )
-
-    failed = [
-        m
-        for m in singles
-        if m.mean > 0
-        and any(did and params == {**incumbent, m.name: m.value} for params, did in launched)
-        and tried(m) < REPAIR_TRIES
-    ]
-    pairs = []
-    for m in failed:
-        for c in singles:
-            if c.name == m.name or c.mean + REPAIR_TOLERANCE * c.sd < 0:
-                continue
-            plan = {**incumbent, m.name: m.value, c.name: c.value}
-            pairs.append(
-                Move(
-                    m.name,
-                    m.value,
-                    m.mean + c.mean,
-                    math.hypot(m.sd, c.sd),
-                    launches=_launch_odds(plan, launched),
-                    companion=(c.name, c.value),
-                )
-            )
-    return pairs
-
-
-def _isolated(configurations: Sequence[Mapping[str, Any]]) -> set[tuple[str, str]]:
-    """(parameter, repr(value)) pairs launched in a configuration that differs from another
-    launched one in that parameter alone: their effect was measured apart from any other."""
-    out: set[tuple[str, str]] = set()
-    for i, a in enumerate(configurations):
-        for b in configurations[:i]:
-            differing = [n for n in set(a) | set(b) if repr(a.get(n)) != repr(b.get(n))]
-            if len(differing) == 1:
-                n = differing[0]
-                out.update({(n, repr(a.get(n))), (n, repr(b.get(n)))})
-    return out
 
 
 def _distance(a: Mapping[str, Any], b: Mapping[str, Any]) -> int:
