@@ -216,7 +216,7 @@ def evidence(trials: Iterable[FrozenTrial]) -> Evidence:
     groups: dict[str, list[FrozenTrial]] = {}
     for t in trials:
         if launched(t) and verdicts.get(t.number) != DROPPED:
-            groups.setdefault(_key(t), []).append(t)
+            groups.setdefault(configuration(t), []).append(t)
     groups = {k: ts for k, ts in groups.items() if feasible_on_average(ts)}
     ests = [
         Estimate(
@@ -258,11 +258,13 @@ def observations(trials: Iterable[FrozenTrial]) -> list[effects.Observation]:
     for t in trials:
         value = observed(t)
         if value is not None and value > 0:
-            out.append(effects.Observation(t.params, _key(t), value))
+            out.append(effects.Observation(t.params, configuration(t), value))
     return out
 
 
-def _key(t: FrozenTrial) -> str:
+def configuration(t: FrozenTrial) -> str:
+    """The configuration a trial measured: its ``config_key``, or its parameters where it
+    has none (a trial added by hand)."""
     return trial_record.config_key(t) or repr(sorted(t.params.items()))
 
 
@@ -327,7 +329,7 @@ def outlier_verdicts(trials: Sequence[FrozenTrial]) -> dict[int, str]:
     groups: dict[str, list[FrozenTrial]] = {}
     for t in trials:
         if launched(t) and t.values[-1] > 0:
-            groups.setdefault(_key(t), []).append(t)
+            groups.setdefault(configuration(t), []).append(t)
     sigma = noise(  # from the configurations not in doubt: a glitch would widen it
         Estimate(k, ts[0], tuple(t.values[-1] for t in ts), tuple(t.number for t in ts))
         for k, ts in groups.items()
@@ -376,7 +378,7 @@ def outlier(trials: Sequence[FrozenTrial], launch: FrozenTrial) -> dict[str, flo
     before = evidence(trials)
     if before.model is None:
         return None
-    key = _key(launch)
+    key = configuration(launch)
     was = before.recommended()
     after = evidence([*trials, launch]).recommended()
     changes = after is not None and (was is None or after.key != was.key)
@@ -384,7 +386,9 @@ def outlier(trials: Sequence[FrozenTrial], launch: FrozenTrial) -> dict[str, flo
         return None
     dropped = {n for n, v in before.outliers.items() if v == DROPPED}
     earlier = [
-        t for t in trials if launched(t) and _key(t) == key and t.values[-1] > 0 and t.number not in dropped
+        t
+        for t in trials
+        if launched(t) and configuration(t) == key and t.values[-1] > 0 and t.number not in dropped
     ]
     same = [t for t in earlier if trial_record.fidelity(t) == trial_record.fidelity(launch)]
     ref = same or earlier

@@ -484,9 +484,6 @@ def nearest_feasible(
     if not scored:
         return None, None
     nearest = max(scored, key=lambda tr: tr[1])[0]
-    observations = [
-        effects.Observation(t.params, trial_record.config_key(t) or repr(sorted(t.params.items())), r)
-        for t, r in scored
-    ]
+    observations = [effects.Observation(t.params, estimates.configuration(t), r) for t, r in scored]
     weights = [LOCAL_KERNEL ** _distance(o.params, nearest.params) for o in observations]
     return nearest, effects.fit(observations, noise, weights)

@@ -69,9 +69,9 @@ MODEL_PICK_Z = 1.0
 #: While no configuration meets the objective's constraints on average, a configuration whose
 #: launches came within this many noise deviations of the floor (its single-stream rate over
 #: the floor, averaged) is measured again in the final trials: at 2% noise, 59 tok/s under a
-#: 60 tok/s floor is a coin flip. One of ten studies of kimi-k2.6-8x-rtx-pro-6000-floor
-#: (benchmarks/suite.py) launched a configuration that meets the floor noise-free (96% of the
-#: space's best) and ended with no recommendation, its one launch measured below the floor.
+#: 60 tok/s floor is a coin flip that one more launch may settle. Two deviations, as for
+#: :data:`PROMOTE_WITHIN_SD`: what one launch cannot tell apart. Not fitted on any space (no
+#: TUNE space of benchmarks/suite.py has a floor).
 NEAR_FLOOR_SD = 2.0
 #: Launches of one near-floor configuration at most: three tell a mean from a lucky run.
 NEAR_FLOOR_RUNS = 3
@@ -427,8 +427,7 @@ class Search:
         for t in trials:
             ratio = self._feasibility(t)  # None for a trial that launched nothing
             if ratio is not None:
-                key = trial_record.config_key(t) or repr(sorted(t.params.items()))
-                groups.setdefault(key, []).append((t, ratio))
+                groups.setdefault(estimates.configuration(t), []).append((t, ratio))
         near = [
             (sum(r for _, r in launches) / len(launches), launches[0][0])
             for launches in groups.values()
