@@ -22,7 +22,8 @@ it is far above the first share, the search found the region and the recommendat
 it under the noise; where both are low, the search never got there); the median and worst
 recommendation as a share of the best; the median budget used (trials with a verdict,
 tuner/budget.py) until the recommendation is within 2% ("> budget" when half the seeds
-never get there); studies that end with no feasible recommendation;
+never get there); studies whose recommendation is worth nothing noise-free (none, or one
+that misses the space's floor on the host though its launches met it on average);
 the share of all trials that were proposals the engine rules or the space's constraints
 rejected; the mean time spent in the sampler per trial. Then the aggregate over TUNE and
 over JUDGED, and the targets of the suite as met / NOT MET lines.
@@ -507,7 +508,8 @@ def text(summary: dict[str, Any]) -> str:
         "scored noise-free against each space's best. Columns: seeds within 2% of the best, seeds that "
         "launched a configuration within 2% of it at all, seeds within 5%, median and "
         "worst recommendation (share of best), median trials (with a verdict) until within 2% (seeds that "
-        "got there), studies with no feasible recommendation, share of trials that were rule-rejected "
+        "got there), studies whose recommendation is worth nothing noise-free (none, or one below the "
+        "floor), share of trials that were rule-rejected "
         "proposals, mean ms per trial in the sampler.",
         f"TUNE: {', '.join(summary['tune'])}",
         f"JUDGED: {', '.join(summary['judged'])}",
