@@ -499,9 +499,15 @@ def _one_thread() -> None:
 
 
 def run_jobs(
-    jobs: list[Job], n_jobs: int = 2, *, log: Callable[[str], None] | None = print
+    jobs: list[Job],
+    n_jobs: int = 2,
+    *,
+    log: Callable[[str], None] | None = print,
+    on_result: Callable[[StudyResult], None] | None = None,
 ) -> list[StudyResult]:
-    """Run the jobs (distinct ones once) on ``n_jobs`` processes; results in the jobs' order."""
+    """Run the jobs (distinct ones once) on ``n_jobs`` processes; results in the jobs' order.
+    ``on_result`` is called with each result as it arrives (a cache that keeps what finished
+    when a long run is stopped)."""
     from joblib import Parallel, delayed
 
     unique = list({j.key: j for j in jobs}.values())
@@ -513,6 +519,8 @@ def run_jobs(
     results = Parallel(n_jobs=n_jobs, return_as="generator_unordered")(delayed(run_study)(j) for j in unique)
     for r in results:
         done[r.job.key] = r
+        if on_result is not None:
+            on_result(r)
         if log is not None:
             name = r.job.strategy + ("+start" if r.job.extra_start != "[]" else "")
             log(

@@ -174,9 +174,13 @@ def run_cached(jobs: list[Job], n_jobs: int, fresh: bool) -> list[StudyResult]:
     print(f"{len(jobs)} studies: {len(jobs) - len(todo)} cached, {len(todo)} to run on {n_jobs} workers")
     if todo:
         CACHE.mkdir(parents=True, exist_ok=True)
-        for r in run_jobs(todo, n_jobs, log=_log):
+
+        def keep(r: StudyResult) -> None:
+            # Written as each study finishes: a run stopped part-way keeps what it measured.
             done[r.job.key] = r
             (CACHE / f"{keys[r.job.key]}.json").write_text(json.dumps(r.to_json()))
+
+        run_jobs(todo, n_jobs, log=_log, on_result=keep)
     return [done[j.key] for j in jobs]
 
 
