@@ -127,16 +127,8 @@ def test_a_study_with_nothing_feasible_measures_again_what_missed_the_floor_by_n
             budget=8,
             warm_start=False,
         )
-        for ep_size, single in launches:
-            search.study.add_trial(
-                optuna.trial.create_trial(
-                    params={"ep_size": ep_size},
-                    distributions=DIST,
-                    value=1000.0 + ep_size,
-                    constraints={"min_single_stream": 60.0 - single},
-                    user_attrs={"outcome": "complete", "config_key": f"ep{ep_size}", "fidelity": "proxy"},
-                )
-            )
+        for number, (ep_size, single) in enumerate(launches):
+            search.study.add_trial(_floor_trial(number, ep_size, 1000.0 + ep_size, single))
         search._queue_final(search.budget - 1)
         return search
 

@@ -169,6 +169,27 @@ def floor_odds(launches: Sequence[FrozenTrial], noise: float) -> float:
     return 0.5 * (1.0 + math.erf(z / math.sqrt(2.0)))
 
 
+def near_floor(
+    trials: Sequence[FrozenTrial], noise: float, within_sd: float, max_runs: int
+) -> FrozenTrial | None:
+    """Of the configurations that miss the objective's floor on average (see
+    :func:`feasible_on_average`), the first launch of the one most likely to meet it
+    (:func:`floor_odds`), when its mean misses by no more than ``within_sd`` standard errors
+    and it has fewer than ``max_runs`` launches: a miss that one more launch may reverse.
+    None when no configuration is that close."""
+    groups: dict[str, list[FrozenTrial]] = {}
+    for t in trials:
+        if launched(t) and "min_single_stream" in t.constraints:
+            groups.setdefault(configuration(t), []).append(t)
+    bar = 0.5 * (1.0 + math.erf(-within_sd / math.sqrt(2.0)))
+    near = [
+        (odds, ts[0])
+        for ts in groups.values()
+        if len(ts) < max_runs and not feasible_on_average(ts) and (odds := floor_odds(ts, noise)) >= bar
+    ]
+    return max(near, key=lambda pt: (pt[0], -pt[1].number))[1] if near else None
+
+
 def observed(t: FrozenTrial) -> float | None:
     """What a trial measured of the objective: the value of a :func:`measured` trial, the
     partial value of a pruned one (a lower bound, and such a trial is far below the best

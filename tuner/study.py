@@ -67,9 +67,9 @@ PROMOTE_WITHIN_SD = 2.0
 #: changed 4-6 parameters at once (CUDA graphs off, EP off) and lost 10-25%.
 MODEL_PICK_Z = 1.0
 #: While no configuration meets the objective's constraints on average, a configuration whose
-#: launches came within this many noise deviations of the floor (its single-stream rate over
-#: the floor, averaged) is measured again in the final trials: at 2% noise, 59 tok/s under a
-#: 60 tok/s floor is a coin flip that one more launch may settle. Two deviations, as for
+#: launches came within this many standard errors of the floor (the mean of its single-stream
+#: rates, see tuner.estimates.floor_odds) is measured again in the final trials: at 2% noise,
+#: 59 tok/s under a 60 tok/s floor is a coin flip that one more launch may settle. Two deviations, as for
 #: :data:`PROMOTE_WITHIN_SD`: what one launch cannot tell apart. Not fitted on any space (no
 #: TUNE space of benchmarks/suite.py has a floor).
 NEAR_FLOOR_SD = 2.0
@@ -381,7 +381,7 @@ class Search:
         when no launch of it has been (the recommendation rests on the target), and every
         trial queued here is measured on the target. A study with no configuration that
         meets the objective's constraints measures again the one that came within noise of
-        them (:meth:`_near_floor`).
+        them (:func:`tuner.estimates.near_floor`).
 
         Before all of that, anywhere in the budget: a launch flagged as an outlier is
         measured again (:meth:`_queue_outlier_check`).
@@ -394,7 +394,7 @@ class Search:
         ev = estimates.evidence(trials)
         top = ev.leader()
         if top is None:
-            near = self._near_floor(trials, ev.noise)
+            near = estimates.near_floor(trials, ev.noise, NEAR_FLOOR_SD, NEAR_FLOOR_RUNS)
             if near is not None:
                 self.study.enqueue_trial(dict(near.params), user_attrs=queued_repeat(near.number))
             return
@@ -416,25 +416,6 @@ class Search:
             return
         again = challenger if challenger.runs <= leader.runs else leader
         self.study.enqueue_trial(dict(again.trial.params), user_attrs=queued_repeat(again.trial.number))
-
-    def _near_floor(self, trials: Sequence[FrozenTrial], noise: float) -> FrozenTrial | None:
-        """While no configuration meets the objective's constraints on average: the first
-        launch of the configuration that came closest (the mean of its launches'
-        :meth:`Objective.feasibility` ratios), when that is within :data:`NEAR_FLOOR_SD`
-        noise deviations of meeting them and it has fewer than :data:`NEAR_FLOOR_RUNS`
-        launches; else None (nothing is close enough to be a matter of noise)."""
-        groups: dict[str, list[tuple[FrozenTrial, float]]] = {}
-        for t in trials:
-            ratio = self._feasibility(t)  # None for a trial that launched nothing
-            if ratio is not None:
-                groups.setdefault(estimates.configuration(t), []).append((t, ratio))
-        near = [
-            (sum(r for _, r in launches) / len(launches), launches[0][0])
-            for launches in groups.values()
-            if len(launches) < NEAR_FLOOR_RUNS
-        ]
-        near = [(r, t) for r, t in near if r >= 1.0 - NEAR_FLOOR_SD * noise]
-        return max(near, key=lambda rt: (rt[0], -rt[1].number))[1] if near else None
 
     def _check_outlier(self, trial: optuna.Trial, value: float | tuple[float, float]) -> None:
         """Flag the launch just measured when it is an outlier against the study's noise
