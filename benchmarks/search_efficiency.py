@@ -4,14 +4,17 @@
         [--random-budget 120] [--strategies tuner,random,...] [--jobs 2]
 
 For each strategy (see benchmarks/studies.py) and seed, one study with a budget of
-``--budget`` trials (the fixed lists: their length). Scored per strategy:
+``--budget`` trials (the fixed lists: their length), and every figure is taken when that
+budget is used up, as ``tuner search`` counts it: rejected proposals do not count. Scored
+per strategy:
 
 * within 2% / 5%: share of seeds whose recommended configuration (as ``tuner best``
   picks it: tuner/estimates.py) is, noise-free, within 2% / 5% of the best of the space
   (benchmarks/results/space_best.json; run benchmarks/space_best.py first);
-* median trials to 2%: the first trial count at which the configuration recommended at
-  that point is within 2% of the best (noise-free), median over seeds; a seed that never
-  gets there counts as infinitely many, so the median is "not reached" when half miss;
+* median trials to 2%: the budget used (launches and reuses; a proposal the rules reject
+  is free, see tuner/budget.py) when the configuration recommended at that point first is
+  within 2% of the best (noise-free), median over seeds; a seed that never gets there
+  counts as infinitely many, so the median is "not reached" when half miss;
 * server h: simulated server time per study (start-ups + measured levels), mean over seeds;
   the tuner's is compared with the same studies measuring every trial on the whole target
   workload without pruning or reuse (``all-off``).
@@ -21,7 +24,7 @@ reference campaign's full sweep), whatever the strategy measured its trials on.
 
 Random search runs ``--random-budget`` trials so that the number of trials it needs can
 be measured, or bounded from below; its budget-40 figures are those studies' first 40
-trials (random draws do not depend on earlier results). The hit rate of one random
+launches (random draws do not depend on earlier results). The hit rate of one random
 draw (every configuration random search drew, scored noise-free) gives the expected
 median for comparison.
 
@@ -70,12 +73,12 @@ def jobs(
 
 
 def score(results: list[StudyResult], best: float, budget: int | None) -> dict[str, Any]:
-    """The table row of one strategy: its studies scored at ``budget`` trials."""
+    """The table row of one strategy: its studies scored when ``budget`` is used up."""
     finals = [r.final(budget) for r in results]
-    to2 = [r.trials_to(0.98 * best, budget) for r in results]
+    to2 = [r.launches_to(0.98 * best, budget) for r in results]
     return {
         "seeds": len(results),
-        "trials": max(len(r.rec_value[:budget]) for r in results),
+        "trials": max(len(r.rec_value[: r.trials_within(budget)]) for r in results),
         "within_2": sum(v >= 0.98 * best for v in finals) / len(results),
         "within_5": sum(v >= 0.95 * best for v in finals) / len(results),
         "median_final_share": float(sorted(finals)[len(finals) // 2] / best),

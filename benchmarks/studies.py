@@ -180,14 +180,30 @@ class StudyResult:
     def from_json(cls, data: dict[str, Any]) -> StudyResult:
         return cls(**{**data, "job": Job(**data["job"])})
 
+    def trials_within(self, budget: int | None) -> int | None:
+        """How many of the study's trials it took to use up ``budget`` (launches and reuses,
+        see :mod:`tuner.budget`: a proposal the rules reject is free), all of them when it
+        used less; None (all) for no budget. Every trial counts when the study recorded no
+        verdicts."""
+        if budget is None or self.verdict is None:
+            return budget
+        used = 0
+        for n, counted in enumerate(self.verdict, start=1):
+            used += counted
+            if used >= budget:
+                return n
+        return len(self.verdict)
+
     def final(self, budget: int | None = None) -> float:
-        """Noise-free value of the recommendation after ``budget`` trials (default: all)."""
-        values = self.rec_value[:budget]
+        """Noise-free value of the recommendation once ``budget`` is used up (default: at the
+        end of the study)."""
+        values = self.rec_value[: self.trials_within(budget)]
         return values[-1] if values else 0.0
 
     def trials_to(self, target: float, budget: int | None = None) -> int | None:
-        """First trial count whose recommendation is worth at least ``target``; None if never."""
-        for n, v in enumerate(self.rec_value[:budget], start=1):
+        """First trial count whose recommendation is worth at least ``target`` within
+        ``budget``; None if never."""
+        for n, v in enumerate(self.rec_value[: self.trials_within(budget)], start=1):
             if v >= target:
                 return n
         return None
@@ -200,14 +216,14 @@ class StudyResult:
         return any(v >= target for v in self.trial_value)
 
     def server_h(self, budget: int | None = None) -> float:
-        return sum(self.server_s[:budget]) / 3600
+        return sum(self.server_s[: self.trials_within(budget)]) / 3600
 
-    def launches_to(self, target: float) -> int | None:
+    def launches_to(self, target: float, budget: int | None = None) -> int | None:
         """Budget used (trials with a verdict, see :mod:`tuner.budget`) when the recommendation
-        first is worth at least ``target``; None if never. Every trial counts when the study
-        recorded no verdicts."""
+        first is worth at least ``target`` within ``budget``; None if never. Every trial
+        counts when the study recorded no verdicts."""
         used = 0
-        for n, v in enumerate(self.rec_value):
+        for n, v in enumerate(self.rec_value[: self.trials_within(budget)]):
             used += 1 if self.verdict is None or self.verdict[n] else 0
             if v >= target:
                 return max(used, 1)

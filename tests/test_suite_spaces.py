@@ -88,3 +88,26 @@ def test_stored_best_exists_and_launches(name: str) -> None:
     params = space.complete(best["params"])
     assert not space.check(params)
     assert launchable(space, params)
+
+
+def test_a_study_is_scored_when_its_budget_is_used_up_not_after_as_many_proposals() -> None:
+    """A proposal the rules reject costs no budget (tuner/budget.py), so a strategy that
+    proposes many (random search) runs more trials than its budget: the benchmarks take its
+    recommendation, its trials to 2% and its server time at the trial that used the budget
+    up, not at the budget-th trial."""
+    from studies import Job, StudyResult
+
+    study = StudyResult(
+        Job("random", 0, 3),
+        rec_value=[10.0, 10.0, 50.0, 50.0, 90.0, 90.0],
+        server_s=[3600.0, 0.0, 3600.0, 0.0, 3600.0, 3600.0],
+        verdict=[True, False, True, False, True, True],
+    )
+    assert study.trials_within(3) == 5
+    assert study.final(3) == 90.0 and study.final(2) == 50.0
+    assert study.launches_to(90.0, 3) == 3 and study.launches_to(90.0, 2) is None
+    assert study.trials_to(90.0, 3) == 5
+    assert study.server_h(3) == 3.0 and study.server_h() == 4.0
+    # Results stored without verdicts count every trial.
+    old = StudyResult(Job("random", 0, 3), rec_value=[10.0, 50.0, 90.0, 90.0], server_s=[0.0] * 4)
+    assert old.final(2) == 50.0
