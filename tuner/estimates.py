@@ -44,7 +44,11 @@ from tuner.trial_record import TrialRecord
 
 #: Relative run-to-run standard deviation of one measured sweep, assumed until the study has
 #: repeated measurements of its own: the spread of repeated launches of one configuration on
-#: the reference host is about 2% at peak (calibration target of the simulator's noise).
+#: the reference host is about 2% at peak (calibration target of the simulator's noise; its
+#: best configuration spreads 1.8% on the proxy and 2.2% on the target over 30 launches).
+#: Other hosts and workloads spread more: 3.2-4.4% on the suite's trace, long-prompt,
+#: goodput and single-stream spaces (benchmarks/noise_spread.py), which a study learns
+#: from its own repeats.
 NOISE_PRIOR = 0.02
 #: Weight of the prior, in repeated-measurement pairs, when the noise is estimated.
 NOISE_PRIOR_WEIGHT = 2.0

@@ -1,0 +1,116 @@
+"""Run-to-run spread of one configuration's measured objective, per suite space (noise on).
+
+    python benchmarks/noise_spread.py [--runs 30] [--spaces a,b] [--jobs 2]
+
+A study judges single changes of a few percent against launches that each carry the host's
+run-to-run noise; the tuner assumes :data:`tuner.estimates.NOISE_PRIOR` of it until it has
+repeated launches of its own. The simulator's noise (``DEFAULT_NOISE``: a per-launch factor
+and per-step jitter, tuner/sim/scheduler.py) reaches the objective through the whole sweep:
+the peak of several levels, reply lengths drawn per request, arrivals. This benchmark
+launches each space's stored best configuration (benchmarks/results/suite_best/) ``--runs``
+times with seeds 0..runs-1, on the space's proxy and on its target workload, and prints the
+relative standard deviation of the objective next to the prior (over the launches that meet
+the space's floor; those that miss it are counted), so that the noise a study faces on each
+space is a measured figure and not an assumption.
+
+Results: benchmarks/results/noise_spread.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from _common import load_best, machine, objective_value, space_named, space_objective, write_result
+from _tables import format_table
+from joblib import Parallel, delayed
+from suite import SPACES
+
+from tuner import estimates
+from tuner.sim.model import PerfModel
+from tuner.sim.serving import DEFAULT_NOISE, simulate_sweep
+from tuner.workload import Workload
+
+
+def spread(space_name: str, runs: int) -> dict[str, Any]:
+    """The best configuration of one space, launched ``runs`` times on its proxy and target."""
+    space = space_named(space_name)
+    params = space.complete(load_best(space_name, suite=True)["params"])
+    spec = space.render(params)
+    model = PerfModel.build(space.hardware, space.model, spec.argv, spec.env)
+    objective = space_objective(space)
+    out: dict[str, Any] = {"space": space_name}
+    workloads: dict[str, Workload] = {"proxy": space.proxy, "target": space.workload}
+    for label, workload in workloads.items():
+        values = [
+            objective_value(objective, simulate_sweep(model, workload, seed=seed, noise=DEFAULT_NOISE))
+            for seed in range(runs)
+        ]
+        # A launch that misses the space's floor is worth 0 to the study: counted apart, so
+        # that the spread is the measurement's.
+        met = [v for v in values if v > 0]
+        mean = statistics.fmean(met) if met else 0.0
+        out[label] = {
+            "mean": mean,
+            "sd_share": statistics.stdev(met) / mean if len(met) > 1 else None,
+            "min_share": min(met) / mean if met else None,
+            "max_share": max(met) / mean if met else None,
+            "zero": len(values) - len(met),
+        }
+    return out
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.1f}%"
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--runs", type=int, default=30, help="launches per configuration and workload")
+    ap.add_argument("--spaces", default=",".join(SPACES), help="comma-separated subset of the suite's spaces")
+    ap.add_argument("--jobs", type=int, default=2, help="worker processes (default 2)")
+    args = ap.parse_args(argv)
+    if args.runs < 2:
+        ap.error("--runs must be at least 2 (a spread needs two launches)")
+    names = [n.strip() for n in args.spaces.split(",") if n.strip()]
+    unknown = sorted(set(names) - set(SPACES))
+    if unknown:
+        ap.error(f"unknown spaces: {', '.join(unknown)} (known: {', '.join(SPACES)})")
+    rows = Parallel(n_jobs=args.jobs)(delayed(spread)(name, args.runs) for name in names)
+    summary = {
+        "runs": args.runs,
+        "noise": DEFAULT_NOISE,
+        "noise_prior": estimates.NOISE_PRIOR,
+        "spaces": rows,
+        "machine": machine(),
+    }
+    write_result("noise_spread", summary)
+    print(
+        f"The best configuration of each space, {args.runs} launches per workload "
+        f"(seeds 0..{args.runs - 1}); "
+        f"simulator noise {DEFAULT_NOISE:.0%} per launch and per step; the study's prior "
+        f"(tuner.estimates.NOISE_PRIOR) {estimates.NOISE_PRIOR:.0%}."
+    )
+    table = [
+        [
+            r["space"],
+            _pct(r["proxy"]["sd_share"]),
+            f"{_pct(r['proxy']['min_share'])}..{_pct(r['proxy']['max_share'])}",
+            _pct(r["target"]["sd_share"]),
+            f"{_pct(r['target']['min_share'])}..{_pct(r['target']['max_share'])}",
+            str(r["proxy"]["zero"] + r["target"]["zero"]),
+        ]
+        for r in rows
+    ]
+    header = ["space", "proxy sd", "proxy range / mean", "target sd", "target range / mean", "below floor"]
+    print(format_table(header, table))
+    return summary
+
+
+if __name__ == "__main__":
+    main()
