@@ -169,7 +169,11 @@ def floor_odds(launches: Sequence[FrozenTrial], noise: float) -> float:
     if not margins:
         return 1.0
     se = noise * (sum(floors) / len(floors)) / math.sqrt(len(margins))
-    z = (sum(margins) / len(margins)) / max(se, 1e-9)
+    return normal_cdf((sum(margins) / len(margins)) / max(se, 1e-9))
+
+
+def normal_cdf(z: float) -> float:
+    """P(Z <= z) for a standard normal Z."""
     return 0.5 * (1.0 + math.erf(z / math.sqrt(2.0)))
 
 
@@ -181,11 +185,8 @@ def near_floor(
     (:func:`floor_odds`), when its mean misses by no more than ``within_sd`` standard errors
     and it has fewer than ``max_runs`` launches: a miss that one more launch may reverse.
     None when no configuration is that close."""
-    groups: dict[str, list[FrozenTrial]] = {}
-    for t in trials:
-        if launched(t) and "min_single_stream" in t.constraints:
-            groups.setdefault(configuration(t), []).append(t)
-    bar = 0.5 * (1.0 + math.erf(-within_sd / math.sqrt(2.0)))
+    groups = by_configuration(t for t in trials if launched(t) and "min_single_stream" in t.constraints)
+    bar = normal_cdf(-within_sd)
     near = [
         (odds, ts[0])
         for ts in groups.values()
@@ -238,10 +239,7 @@ def evidence(trials: Iterable[FrozenTrial]) -> Evidence:
     # A launch dropped as a glitch counts nowhere; one awaiting its re-measurement counts for
     # its own configuration only (marked pending), not in the model the others are pooled by.
     unsure = {n for n, v in verdicts.items() if v != KEPT}
-    groups: dict[str, list[FrozenTrial]] = {}
-    for t in trials:
-        if launched(t) and verdicts.get(t.number) != DROPPED:
-            groups.setdefault(configuration(t), []).append(t)
+    groups = by_configuration(t for t in trials if launched(t) and verdicts.get(t.number) != DROPPED)
     groups = {k: ts for k, ts in groups.items() if feasible_on_average(ts)}
     ests = [
         Estimate(
@@ -285,6 +283,15 @@ def observations(trials: Iterable[FrozenTrial]) -> list[effects.Observation]:
         if value is not None and value > 0:
             out.append(effects.Observation(t.params, configuration(t), value))
     return out
+
+
+def by_configuration(trials: Iterable[FrozenTrial]) -> dict[str, list[FrozenTrial]]:
+    """``trials`` grouped by the configuration they measured (:func:`configuration`), each
+    group in the order given, groups in the order first seen."""
+    groups: dict[str, list[FrozenTrial]] = {}
+    for t in trials:
+        groups.setdefault(configuration(t), []).append(t)
+    return groups
 
 
 def configuration(t: FrozenTrial) -> str:
@@ -351,10 +358,7 @@ def outlier_verdicts(trials: Sequence[FrozenTrial]) -> dict[int, str]:
     flagged = {t.number for t in trials if launched(t) and trial_record.OUTLIER in t.user_attrs}
     if not flagged:
         return {}
-    groups: dict[str, list[FrozenTrial]] = {}
-    for t in trials:
-        if launched(t) and t.values[-1] > 0:
-            groups.setdefault(configuration(t), []).append(t)
+    groups = by_configuration(t for t in trials if launched(t) and t.values[-1] > 0)
     sigma = noise(  # from the configurations not in doubt: a glitch would widen it
         Estimate(k, ts[0], tuple(t.values[-1] for t in ts), tuple(t.number for t in ts))
         for k, ts in groups.items()

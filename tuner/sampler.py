@@ -119,7 +119,7 @@ class Move:
             return max(self.mean, 0.0)
         z = self.mean / self.sd
         pdf = math.exp(-0.5 * z * z) / math.sqrt(2 * math.pi)
-        cdf = 0.5 * (1 + math.erf(z / math.sqrt(2)))
+        cdf = estimates.normal_cdf(z)
         return self.sd * pdf + self.mean * cdf
 
 
