@@ -20,7 +20,7 @@ from tuner.sim.emulator_process import EmulatorProcess
 from tuner.sim.model import PerfModel
 from tuner.sim.serving import DEFAULT_NOISE, simulate_sweep
 from tuner.space import load_space, resolve_space
-from tuner.trial_record import FIDELITY
+from tuner.trial_record import FIDELITY, PROXY_VALUE, REPEAT_OF, queued_repeat
 from tuner.workload import Workload
 
 REFERENCE = "kimi-k2.6-8x-rtx-pro-6000"
@@ -91,6 +91,49 @@ def test_a_proxy_only_leader_does_not_win_over_a_confirmed_configuration():
     # While nothing is confirmed, the best screened configuration stands.
     only_proxy = estimates.evidence([_trial(0, 8, 2000.0, "proxy"), _trial(1, 4, 2030.0, "proxy")])
     assert only_proxy.recommended().key == "ep4"
+
+
+def test_proxy_launches_of_a_configuration_count_on_the_target_scale_of_its_target_launches():
+    """A target launch carries the value of the proxy's levels of the same launch; the ratio
+    puts the configuration's proxy launches on the target's scale, and a configuration
+    never measured on the target keeps its proxy values (a lower bound)."""
+    on_target = _trial(0, 8, 2100.0, "target")
+    on_target.user_attrs[PROXY_VALUE] = 2000.0
+    trials = [on_target, _trial(1, 8, 1900.0, "proxy"), _trial(2, 4, 1950.0, "proxy")]
+    ev = estimates.evidence(trials)
+    ep8 = next(e for e in ev.estimates if e.key == "ep8")
+    ep4 = next(e for e in ev.estimates if e.key == "ep4")
+    assert ep8.proxy_factor == pytest.approx(1.05) and ep8.values == pytest.approx((2100.0, 1995.0))
+    assert ep4.proxy_factor is None and ep4.values == (1950.0,)
+    observed = [o.value for o in estimates.observations(trials)]
+    assert observed == pytest.approx([2100.0, 1995.0, 1950.0])
+
+
+def test_a_repeat_of_a_configuration_measured_on_the_target_runs_the_proxy_alone(workdir: Path):
+    """The final re-measurements of a configuration already measured on the target stop after
+    the proxy's levels (a quarter of the sweep's server time), never promoted, and count
+    through the target launch's ratio."""
+    space = load_space(resolve_space(REFERENCE))
+    search = make_search(space, 3, noise=DEFAULT_NOISE, seed=1, warm_start=False)
+    config = space.start_points()[4]
+    search.study.enqueue_trial(config, user_attrs={FIDELITY: "target"})
+    search.study.enqueue_trial(config, user_attrs=queued_repeat(0, "proxy"))
+    search.study.enqueue_trial({**config, "mem_fraction_static": 0.9}, user_attrs={FIDELITY: "target"})
+    search.run()
+    first, repeat = sorted(search.study.get_trials(), key=lambda t: t.number)[:2]
+    assert [lv["concurrency"] for lv in first.user_attrs["levels"]] == [1, 32, 64, 128, 192, 256]
+    proxy_levels = [lv for lv in first.user_attrs["levels"] if lv["concurrency"] in (1, 256)]
+    assert first.user_attrs[PROXY_VALUE] == pytest.approx(
+        max(lv["output_tok_s"] for lv in proxy_levels), rel=1e-3
+    )
+    assert repeat.user_attrs[FIDELITY] == "proxy" and repeat.user_attrs[REPEAT_OF] == 0
+    assert [lv["concurrency"] for lv in repeat.user_attrs["levels"]] == [1, 256]
+    assert repeat.user_attrs["server_s"] < 0.7 * first.user_attrs["server_s"]
+    ev = estimates.evidence(search.study.get_trials())
+    est = next(e for e in ev.estimates if e.trial.number == 0)
+    factor = first.values[-1] / first.user_attrs[PROXY_VALUE]
+    assert est.numbers == (0, 1) and est.target_numbers == (0,)
+    assert est.values == pytest.approx((first.values[-1], repeat.values[-1] * factor))
 
 
 def test_a_screened_study_measures_its_recommendation_on_the_target(workdir: Path):

@@ -21,7 +21,7 @@ import pytest
 
 from tests.test_progress import run_under_pty
 from tuner.cli import build_parser, main
-from tuner.space import DEFAULT_SPACE, resolve_space
+from tuner.space import DEFAULT_SPACE, load_space, resolve_space
 from tuner.statement import backend_of, backend_text, statement_lines, workload_text
 from tuner.trial_record import TrialRecord
 from tuner.wording import fmt_value, refusal_text
@@ -193,9 +193,11 @@ def test_budget_below_the_start_points_leaves_nothing_queued_and_names_what_it_s
     assert more.returncode == 0, more.stderr
     assert "not run" not in more.stdout
     study = load_study(None, None)
-    assert len(study.trials) == 8 and all(t.state == TrialState.COMPLETE for t in study.trials)
-    steps = [t.params.get("num_continuous_decode_steps") for t in study.trials]
-    assert steps.count(8) == 3  # start points 3-5 (the only ones with 8 decode steps) ran
+    assert len(study.trials) == 8  # nothing left waiting or running
+    assert all(t.state in (TrialState.COMPLETE, TrialState.PRUNED) for t in study.trials)
+    queued = [t.system_attrs.get("fixed_params") for t in study.trials]
+    skipped_points = load_space(resolve_space("kimi-k2.6-8x-rtx-pro-6000")).start_points()[2:]
+    assert len(skipped_points) == 3 and all(p in queued for p in skipped_points)  # they ran
 
 
 def test_dry_run_prints_gpu_hours_and_launches_nothing(workdir):

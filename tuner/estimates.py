@@ -86,6 +86,9 @@ class Estimate:
     #: Probability that the configuration meets the objective's floor, given its launches
     #: and the run-to-run noise (see :func:`floor_odds`); 1 without a floor.
     floor_odds: float = 1.0
+    #: Target/proxy ratio of the configuration (:func:`target_factor`), by which its proxy
+    #: launches count in ``values``; None where no target launch measured it.
+    proxy_factor: float | None = None
 
     @property
     def runs(self) -> int:
@@ -241,14 +244,16 @@ def evidence(trials: Iterable[FrozenTrial]) -> Evidence:
     unsure = {n for n, v in verdicts.items() if v != KEPT}
     groups = by_configuration(t for t in trials if launched(t) and verdicts.get(t.number) != DROPPED)
     groups = {k: ts for k, ts in groups.items() if feasible_on_average(ts)}
+    factors = {k: target_factor(ts) for k, ts in groups.items()}
     ests = [
         Estimate(
             k,
             ts[0],
-            tuple(t.values[-1] for t in ts),
+            tuple(on_target_scale(t, t.values[-1], factors[k]) for t in ts),
             tuple(t.number for t in ts),
             tuple(t.number for t in ts if trial_record.fidelity(t) == "target"),
             pending=tuple(t.number for t in ts if verdicts.get(t.number) == PENDING),
+            proxy_factor=factors[k],
         )
         for k, ts in groups.items()
     ]
@@ -276,13 +281,45 @@ def model(trials: Iterable[FrozenTrial], sigma: float) -> effects.Effects:
 
 def observations(trials: Iterable[FrozenTrial]) -> list[effects.Observation]:
     """What ``trials`` measured of the objective, one observation per launch (see
-    :func:`observed`)."""
+    :func:`observed`), proxy launches on the target's scale where their configuration has a
+    target launch (:func:`target_factor`)."""
+    trials = list(trials)
+    factors = {key: target_factor(ts) for key, ts in by_configuration(trials).items()}
     out = []
     for t in trials:
         value = observed(t)
         if value is not None and value > 0:
-            out.append(effects.Observation(t.params, configuration(t), value))
+            key = configuration(t)
+            out.append(effects.Observation(t.params, key, on_target_scale(t, value, factors[key])))
     return out
+
+
+def target_factor(launches: Iterable[FrozenTrial]) -> float | None:
+    """The target/proxy ratio of one configuration: the geometric mean, over its launches
+    measured on the target in screening order, of the target value over the value of the
+    proxy's levels of the same launch (:data:`~tuner.trial_record.PROXY_VALUE`). Both come
+    from one launch, so the ratio is free of that launch's luck. None when no launch
+    carries it (no target launch, or a proxy that is no part of the target)."""
+    logs = [
+        math.log(t.values[-1] / pv)
+        for t in launches
+        if launched(t)
+        and trial_record.fidelity(t) == "target"
+        and (pv := trial_record.proxy_value(t)) is not None
+        and pv > 0
+        and t.values[-1] > 0
+    ]
+    return math.exp(sum(logs) / len(logs)) if logs else None
+
+
+def on_target_scale(t: FrozenTrial, value: float, factor: float | None) -> float:
+    """``value``, measured by trial ``t``, on the target's scale: a proxy launch's times its
+    configuration's :func:`target_factor` where there is one. A proxy value is a lower
+    bound of the target value (the levels it leaves out may hold the peak); without this,
+    a configuration re-measured on the proxy would lose to one re-measured on the target."""
+    if factor is None or trial_record.fidelity(t) == "target":
+        return value
+    return value * factor
 
 
 def by_configuration(trials: Iterable[FrozenTrial]) -> dict[str, list[FrozenTrial]]:

@@ -378,8 +378,10 @@ class Search:
         the budget ends.
 
         A study that screens on a proxy measures its leader on the target workload first
-        when no launch of it has been (the recommendation rests on the target), and every
-        trial queued here is measured on the target. A study with no configuration that
+        when no launch of it has been (the recommendation rests on the target), and the
+        model's pick on the target too; a re-measurement runs the proxy's levels alone
+        where the proxy is part of the target (its value counts on the target's scale,
+        :func:`tuner.estimates.target_factor`). A study with no configuration that
         meets the objective's constraints measures again the one that came within noise of
         them (:func:`tuner.estimates.near_floor`).
 
@@ -415,7 +417,14 @@ class Search:
         if challenger.upper(sigma) <= leader.score(sigma) * (1 + INDIFFERENCE):
             return
         again = challenger if challenger.runs <= leader.runs else leader
-        self.study.enqueue_trial(dict(again.trial.params), user_attrs=queued_repeat(again.trial.number))
+        # Once a configuration has a launch on the target, the proxy's levels of another
+        # launch measure its run-to-run luck as well, at a fraction of the server time: the
+        # target/proxy ratio of its target launches puts them on the target's scale.
+        on_proxy = self.order is not None
+        self.study.enqueue_trial(
+            dict(again.trial.params),
+            user_attrs=queued_repeat(again.trial.number, "proxy" if on_proxy else "target"),
+        )
 
     def _check_outlier(self, trial: optuna.Trial, value: float | tuple[float, float]) -> None:
         """Flag the launch just measured when it is an outlier against the study's noise
@@ -547,7 +556,11 @@ class Search:
                 if trial.should_prune():
                     return False
             if screened and i == proxy_levels - 1 and order is not None:
-                promoted = self._promote([m for m, _ in so_far], [g for _, g in so_far])
+                # A repeat asked for on the proxy stays there: its configuration's target
+                # value is measured already, and like is compared with like.
+                promoted = not record.repeats and self._promote(
+                    [m for m, _ in so_far], [g for _, g in so_far]
+                )
                 screening_stop.append(not promoted)
                 return promoted
             return True
@@ -581,7 +594,14 @@ class Search:
         if stopped_after_screening:
             m.status = "ok"
         promoted = screened and order is not None and screening_stop == [False]
-        record.fidelity("target" if (not screened or promoted) else "proxy")
+        on_target = not screened or promoted
+        record.fidelity("target" if on_target else "proxy")
+        if on_target and order is not None and len(so_far) == len(order):
+            proxy_value = self.objective.partial(
+                [m for m, _ in so_far[:proxy_levels]], [g for _, g in so_far[:proxy_levels]]
+            )
+            if proxy_value is not None:
+                record.proxy_value(proxy_value)
         if m.status == "stopped":
             record.pruned(
                 f"pruned at level {len(m.levels)} (C={levels_done[-1]})",
@@ -625,7 +645,9 @@ class Search:
         top = ev.leader()
         if top is None:
             return True
-        return value >= top.value * (1 - PROMOTE_WITHIN_SD * ev.noise)
+        # The leader's estimate is on the target's scale; this value is the proxy's.
+        bar = top.value / (top.proxy_factor or 1.0)
+        return value >= bar * (1 - PROMOTE_WITHIN_SD * ev.noise)
 
     def _worst(self) -> float | tuple[float, float]:
         return (0.0, 0.0) if self.objective.multi else 0.0

@@ -59,6 +59,10 @@ REPEAT_OF = "repeat_of"
 MODEL_PICK = "model_pick"
 #: What a pruned trial measured of the objective before it was cut (a lower bound).
 PARTIAL_VALUE = "partial_value"
+#: Of a launch measured on the target in screening order: the objective over the proxy's
+#: levels of that same launch, so that the configuration's proxy launches can be put on the
+#: target's scale (:func:`tuner.estimates.target_factors`).
+PROXY_VALUE = "proxy_value"
 #: Which workload the value was measured on: ``target`` (all of the space's workload) or
 #: ``proxy`` (the screening levels only, :mod:`tuner.fidelity`). Queued trials carry it as a
 #: request. Trials of older studies measured the whole workload: ``target``.
@@ -138,6 +142,11 @@ def violations(t: FrozenTrial) -> dict[str, float]:
 
 def partial_value(t: FrozenTrial) -> float | None:
     value = t.user_attrs.get(PARTIAL_VALUE)
+    return float(value) if value is not None else None
+
+
+def proxy_value(t: FrozenTrial) -> float | None:
+    value = t.user_attrs.get(PROXY_VALUE)
     return float(value) if value is not None else None
 
 
@@ -324,10 +333,12 @@ def write_study_info(
     study.set_user_attr(STUDY_UNIT, dict(unit))
 
 
-def queued_repeat(number: int) -> dict[str, Any]:
+def queued_repeat(number: int, fidelity: str = "target") -> dict[str, Any]:
     """Attributes of a trial queued to measure trial ``number``'s configuration again, on the
-    target workload."""
-    return {REPEAT_OF: number, FIDELITY: "target"}
+    target workload or (``fidelity="proxy"``) on the proxy alone, never promoted: a
+    configuration already measured on the target, whose proxy launches count on the
+    target's scale (:func:`tuner.estimates.target_factors`)."""
+    return {REPEAT_OF: number, FIDELITY: fidelity}
 
 
 def queued_outlier_check(number: int, fidelity: str) -> dict[str, Any]:
@@ -425,6 +436,10 @@ class TrialWriter:
     def fidelity(self, value: str) -> None:
         """What the trial's value was measured on (``target`` or ``proxy``)."""
         self._set(FIDELITY, value)
+
+    def proxy_value(self, value: float) -> None:
+        """The objective over the proxy's levels of a launch measured on the target."""
+        self._set(PROXY_VALUE, value)
 
     def launch(self, key: str, argv: Sequence[str], env: Mapping[str, str], backend: str) -> None:
         """What the trial launches: its configuration's identity, command and environment."""
