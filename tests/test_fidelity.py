@@ -15,11 +15,14 @@ from optuna.trial import TrialState
 from tests.test_study import make_search
 from tuner import estimates, fidelity
 from tuner.estimates import best_record
+from tuner.measurers import SimMeasurer
 from tuner.metrics import summarize
+from tuner.objectives import Objective
 from tuner.sim.emulator_process import EmulatorProcess
 from tuner.sim.model import PerfModel
 from tuner.sim.serving import DEFAULT_NOISE, simulate_sweep
 from tuner.space import load_space, resolve_space
+from tuner.study import Search
 from tuner.trial_record import FIDELITY, PROXY_VALUE, REPEAT_OF, queued_repeat
 from tuner.workload import Workload
 
@@ -134,6 +137,66 @@ def test_a_repeat_of_a_configuration_measured_on_the_target_runs_the_proxy_alone
     factor = first.values[-1] / first.user_attrs[PROXY_VALUE]
     assert est.numbers == (0, 1) and est.target_numbers == (0,)
     assert est.values == pytest.approx((first.values[-1], repeat.values[-1] * factor))
+
+
+def test_a_repeat_of_a_challenger_not_measured_on_the_target_goes_on_to_it_only_where_it_leads(
+    workdir: Path,
+):
+    """The last trial re-measures a challenger whose one launch (on the proxy) was unlucky:
+    where its proxy levels beat the leader's estimate, the same launch measures the rest of
+    the target (its confirmation costs no second start-up); where they do not, it stops
+    after the proxy's levels. Noise off; the leader's and the challenger's first launches
+    are written by hand around what the challenger measures."""
+    space = load_space(resolve_space(REFERENCE))
+    leader = space.start_points()[1]
+    challenger = {**leader, "mem_fraction_static": 0.92}
+
+    def study(name: str, budget: int) -> Search:
+        measurer = SimMeasurer(space.hardware, space.model, noise=0.0)
+        storage = f"sqlite:///studies/{name}.db"
+        return Search(
+            space,
+            measurer,
+            study_name=name,
+            storage=storage,
+            objective=Objective(),
+            budget=budget,
+            warm_start=False,
+        )
+
+    calibration = study("calibration", 1)
+    calibration.study.enqueue_trial(challenger)
+    calibration.run()
+    (measured,) = calibration.study.get_trials()
+    v = max(lv["output_tok_s"] for lv in measured.user_attrs["levels"] if lv["concurrency"] in (1, 256))
+    distributions = space.distributions()
+
+    def launch(params: dict, value: float, fid: str) -> optuna.trial.FrozenTrial:
+        attrs = {"outcome": "complete", "config_key": space.key(params), FIDELITY: fid}
+        if fid == "target":
+            attrs[PROXY_VALUE] = value
+        return optuna.trial.create_trial(
+            params=params,
+            distributions={k: distributions[k] for k in params},
+            value=value,
+            state=TrialState.COMPLETE,
+            user_attrs=attrs,
+        )
+
+    def repeat_with_leader_at(share: float) -> optuna.trial.FrozenTrial:
+        search = study(f"leader-at-{share}", 3)
+        search.study.add_trial(launch(leader, share * v, "target"))
+        search.study.add_trial(launch(challenger, 0.7 * v, "proxy"))
+        search.study.enqueue_trial(challenger, user_attrs=queued_repeat(1, "screen"))
+        search.run()
+        return max(search.study.get_trials(), key=lambda t: t.number)
+
+    leads = repeat_with_leader_at(0.8)
+    assert leads.user_attrs[REPEAT_OF] == 1 and leads.user_attrs[FIDELITY] == "target"
+    assert [lv["concurrency"] for lv in leads.user_attrs["levels"]] == [1, 32, 64, 128, 192, 256]
+    trails = repeat_with_leader_at(1.25)
+    assert trails.user_attrs[REPEAT_OF] == 1 and trails.user_attrs[FIDELITY] == "proxy"
+    assert [lv["concurrency"] for lv in trails.user_attrs["levels"]] == [1, 256]
 
 
 def test_a_screened_study_measures_its_recommendation_on_the_target(workdir: Path):

@@ -419,12 +419,11 @@ class Search:
         again = challenger if challenger.runs <= leader.runs else leader
         # Once a configuration has a launch on the target, the proxy's levels of another
         # launch measure its run-to-run luck as well, at a fraction of the server time: the
-        # target/proxy ratio of its target launches puts them on the target's scale.
-        on_proxy = self.order is not None
-        self.study.enqueue_trial(
-            dict(again.trial.params),
-            user_attrs=queued_repeat(again.trial.number, "proxy" if on_proxy else "target"),
-        )
+        # target/proxy ratio of its target launches puts them on the target's scale. One
+        # never measured on the target is measured on it in the same launch where it leads.
+        fidelity = "screen" if again.proxy_factor is None else "proxy"
+        repeat = queued_repeat(again.trial.number, "target" if self.order is None else fidelity)
+        self.study.enqueue_trial(dict(again.trial.params), user_attrs=repeat)
 
     def _check_outlier(self, trial: optuna.Trial, value: float | tuple[float, float]) -> None:
         """Flag the launch just measured when it is an outlier against the study's noise
@@ -557,9 +556,12 @@ class Search:
                     return False
             if screened and i == proxy_levels - 1 and order is not None:
                 # A repeat asked for on the proxy stays there: its configuration's target
-                # value is measured already, and like is compared with like.
-                promoted = not record.repeats and self._promote(
-                    [m for m, _ in so_far], [g for _, g in so_far]
+                # value is measured already, and like is compared with like. A repeat of a
+                # configuration never measured on the target goes on only where it would lead.
+                promoted = record.may_promote and self._promote(
+                    [m for m, _ in so_far],
+                    [g for _, g in so_far],
+                    within_sd=0.0 if record.repeats else PROMOTE_WITHIN_SD,
                 )
                 screening_stop.append(not promoted)
                 return promoted
@@ -632,10 +634,12 @@ class Search:
             return proxy, None, True
         return target, self.order, not wants_target
 
-    def _promote(self, levels: Sequence[Any], goodputs: Sequence[float | None]) -> bool:
+    def _promote(
+        self, levels: Sequence[Any], goodputs: Sequence[float | None], within_sd: float = PROMOTE_WITHIN_SD
+    ) -> bool:
         """Whether a screened trial goes on to the target's other levels: in the last trials
-        of the budget, when its proxy value is within :data:`PROMOTE_WITHIN_SD` noise
-        deviations of the leader's estimate (or there is no leader yet)."""
+        of the budget, when its proxy value is within ``within_sd`` noise deviations of the
+        leader's estimate (or there is no leader yet)."""
         if self.counted() - 1 < self.budget - self.final_window():  # this trial counts itself
             return False
         value = self.objective.partial(levels, goodputs)
@@ -647,7 +651,7 @@ class Search:
             return True
         # The leader's estimate is on the target's scale; this value is the proxy's.
         bar = top.value / (top.proxy_factor or 1.0)
-        return value >= bar * (1 - PROMOTE_WITHIN_SD * ev.noise)
+        return value >= bar * (1 - within_sd * ev.noise)
 
     def _worst(self) -> float | tuple[float, float]:
         return (0.0, 0.0) if self.objective.multi else 0.0

@@ -334,10 +334,11 @@ def write_study_info(
 
 
 def queued_repeat(number: int, fidelity: str = "target") -> dict[str, Any]:
-    """Attributes of a trial queued to measure trial ``number``'s configuration again, on the
-    target workload or (``fidelity="proxy"``) on the proxy alone, never promoted: a
-    configuration already measured on the target, whose proxy launches count on the
-    target's scale (:func:`tuner.estimates.target_factors`)."""
+    """Attributes of a trial queued to measure trial ``number``'s configuration again: on the
+    target workload; on the proxy alone, never promoted (``"proxy"``: a configuration
+    already measured on the target, whose proxy launches count on the target's scale,
+    :func:`tuner.estimates.target_factor`); or screened and promoted only when its value
+    would make it the leader (``"screen"``: a configuration never measured on the target)."""
     return {REPEAT_OF: number, FIDELITY: fidelity}
 
 
@@ -408,6 +409,12 @@ class TrialWriter:
     def wants_target(self) -> bool:
         """The trial was queued to be measured on the target workload."""
         return self.trial.user_attrs.get(FIDELITY) == "target"
+
+    @property
+    def may_promote(self) -> bool:
+        """A screened trial may go on to the target's other levels: any but a repeat queued
+        on the proxy alone (:func:`queued_repeat`)."""
+        return not self.repeats or self.trial.user_attrs.get(FIDELITY) == "screen"
 
     @property
     def server_key(self) -> str | None:
