@@ -39,6 +39,7 @@ from tuner.cli import main
 from tuner.commands.dashboard import dashboard_url
 from tuner.estimates import best_record
 from tuner.net import free_port
+from tuner.objectives import stored
 from tuner.report import ReportData, importances
 from tuner.storage import load_study, resolve_storage
 
@@ -153,7 +154,7 @@ def test_dashboard_shows_study_notes_and_artifacts(workdir, tmp_path):
         assert re.fullmatch(r"\d+\.\d", card.group(2)), card.group(2)
         assert float(card.group(2)) == study.trials[int(card.group(1))].value
         values = [v for t in study.trials if t.values for v in t.values]
-        assert values and all(v == round(v, 1) for v in values)
+        assert values and all(v == stored(v) for v in values)  # 0.1 tok/s, 0.01 below 10
         # tuner's own figures on the study page, drawn: the importances with pruned trials
         # counted, and the two most important parameters against each other.
         ranked = importances(ReportData.of(study, with_curves=False)).ranked()
