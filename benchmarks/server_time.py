@@ -1,10 +1,10 @@
-"""Server time saved by pruning, the shortened sweep and reuse (simulated reference space, noise on).
+"""Server time saved by pruning, proxy screening and reuse (simulated reference space, noise on).
 
     python benchmarks/server_time.py [--seeds 20] [--budget 40] [--jobs 2]
 
 The tuner's default studies (``tuner search --budget 40``) against the same studies with
 one saving switched off in turn: no pruning (``prune=False``), the reference full sweep
-(C=1@512 then 32..256@2048) instead of the space's shortened one, no reuse
+(C=1@512 then 32..256@2048) on every trial instead of screening on the space's proxy, no reuse
 (``reuse=False``); and all three off together. Server time per study is the simulated
 start-ups plus measured levels of all its trials, mean over seeds, and is reported
 relative to the default. Switching a saving off changes what the study learns, so the
@@ -28,9 +28,9 @@ from _tables import format_table, format_targets
 from studies import Job, StudyResult, run_jobs
 
 VARIANTS = {
-    "tuner": "default: pruning + shortened sweep + reuse",
+    "tuner": "default: pruning + proxy screening + reuse",
     "no-prune": "no pruning",
-    "full-sweep": "full reference sweep instead of the shortened one",
+    "full-sweep": "every trial on the full target sweep (no proxy screening)",
     "no-reuse": "no reuse",
     "all-off": "all three off",
 }
@@ -69,7 +69,7 @@ def analyse(results: list[StudyResult], best: float, budget: int) -> dict[str, A
         "rows": rows,
         "targets": [
             {
-                "target": "pruning + shortened sweep + reuse cut server time per study to <= 40% "
+                "target": "pruning + proxy screening + reuse cut server time per study to <= 40% "
                 "of the same budget without them",
                 "met": share <= TARGET_SHARE,
                 "figures": f"{default:.1f} h vs {rows['all-off']['server_h_mean']:.1f} h per study "
