@@ -554,20 +554,22 @@ class Search:
                 trial.report(self.objective.level_value(metrics, goodput), step=i)
                 if trial.should_prune():
                     return False
-            if screened and i == proxy_levels - 1 and order is not None:
-                # A repeat asked for on the proxy stays there: its configuration's target
-                # value is measured already, and like is compared with like. A repeat of a
-                # configuration never measured on the target goes on only where it would lead.
-                promoted = record.may_promote and self._promote(
-                    [m for m, _ in so_far],
-                    [g for _, g in so_far],
-                    within_sd=0.0 if record.repeats else PROMOTE_WITHIN_SD,
-                )
-                screening_stop.append(not promoted)
-                return promoted
+            if i == proxy_levels - 1 and order is not None:
+                # The proxy's value of this launch: what promotion judges, and (on a launch
+                # that goes on to the whole target) the configuration's target/proxy ratio.
+                proxy_value.append(self.objective.partial([m for m, _ in so_far], [g for _, g in so_far]))
+                if screened:
+                    # A repeat asked for on the proxy stays there: its configuration's target
+                    # value is measured already, and like is compared with like. A repeat of a
+                    # configuration never measured on the target goes on only where it leads.
+                    within = 0.0 if record.repeats else PROMOTE_WITHIN_SD
+                    promoted = record.may_promote and self._promote(proxy_value[0], within)
+                    screening_stop.append(not promoted)
+                    return promoted
             return True
 
         screening_stop: list[bool] = []
+        proxy_value: list[float | None] = []
         m = self.measurer.measure(
             spec,
             workload,
@@ -598,12 +600,8 @@ class Search:
         promoted = screened and order is not None and screening_stop == [False]
         on_target = not screened or promoted
         record.fidelity("target" if on_target else "proxy")
-        if on_target and order is not None and len(so_far) == len(order):
-            proxy_value = self.objective.partial(
-                [m for m, _ in so_far[:proxy_levels]], [g for _, g in so_far[:proxy_levels]]
-            )
-            if proxy_value is not None:
-                record.proxy_value(proxy_value)
+        if on_target and len(so_far) == len(order or ()) and proxy_value and proxy_value[0] is not None:
+            record.proxy_value(proxy_value[0])
         if m.status == "stopped":
             record.pruned(
                 f"pruned at level {len(m.levels)} (C={levels_done[-1]})",
@@ -634,15 +632,12 @@ class Search:
             return proxy, None, True
         return target, self.order, not wants_target
 
-    def _promote(
-        self, levels: Sequence[Any], goodputs: Sequence[float | None], within_sd: float = PROMOTE_WITHIN_SD
-    ) -> bool:
-        """Whether a screened trial goes on to the target's other levels: in the last trials
-        of the budget, when its proxy value is within ``within_sd`` noise deviations of the
-        leader's estimate (or there is no leader yet)."""
+    def _promote(self, value: float | None, within_sd: float) -> bool:
+        """Whether a screened trial whose proxy value is ``value`` goes on to the target's
+        other levels: in the last trials of the budget, when that value is within
+        ``within_sd`` noise deviations of the leader's estimate (or there is no leader yet)."""
         if self.counted() - 1 < self.budget - self.final_window():  # this trial counts itself
             return False
-        value = self.objective.partial(levels, goodputs)
         if value is None:
             return False
         ev = estimates.evidence(self.study.get_trials(deepcopy=False))

@@ -61,7 +61,7 @@ MODEL_PICK = "model_pick"
 PARTIAL_VALUE = "partial_value"
 #: Of a launch measured on the target in screening order: the objective over the proxy's
 #: levels of that same launch, so that the configuration's proxy launches can be put on the
-#: target's scale (:func:`tuner.estimates.target_factors`).
+#: target's scale (:func:`tuner.estimates.target_factor`).
 PROXY_VALUE = "proxy_value"
 #: Which workload the value was measured on: ``target`` (all of the space's workload) or
 #: ``proxy`` (the screening levels only, :mod:`tuner.fidelity`). Queued trials carry it as a
@@ -141,12 +141,15 @@ def violations(t: FrozenTrial) -> dict[str, float]:
 
 
 def partial_value(t: FrozenTrial) -> float | None:
-    value = t.user_attrs.get(PARTIAL_VALUE)
-    return float(value) if value is not None else None
+    return _number(t, PARTIAL_VALUE)
 
 
 def proxy_value(t: FrozenTrial) -> float | None:
-    value = t.user_attrs.get(PROXY_VALUE)
+    return _number(t, PROXY_VALUE)
+
+
+def _number(t: FrozenTrial, name: str) -> float | None:
+    value = t.user_attrs.get(name)
     return float(value) if value is not None else None
 
 
