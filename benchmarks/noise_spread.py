@@ -6,9 +6,10 @@ A study judges single changes of a few percent against launches that each carry 
 run-to-run noise; the tuner assumes :data:`tuner.estimates.NOISE_PRIOR` of it until it has
 repeated launches of its own. The simulator's noise (``DEFAULT_NOISE``: a per-launch factor
 and per-step jitter, tuner/sim/scheduler.py) reaches the objective through the whole sweep:
-the peak of several levels, reply lengths drawn per request, arrivals. This benchmark
-launches each space's stored best configuration (benchmarks/results/suite_best/) ``--runs``
-times with seeds 0..runs-1, on the space's proxy and on its target workload, and prints the
+the peak of several levels and the scheduler's decisions. This benchmark launches each
+space's stored best configuration (benchmarks/results/suite_best/) ``--runs`` times with
+launch seeds 0..runs-1 on one request set (as a study's trials serve one), on the space's
+proxy and on its target workload, and prints the
 relative standard deviation of the objective next to the prior (over the launches that meet
 the space's floor; those that miss it are counted), so that the noise a study faces on each
 space is a measured figure and not an assumption.
@@ -48,7 +49,9 @@ def spread(space_name: str, runs: int) -> dict[str, Any]:
     workloads: dict[str, Workload] = {"proxy": space.proxy, "target": space.workload}
     for label, workload in workloads.items():
         values = [
-            objective_value(objective, simulate_sweep(model, workload, seed=seed, noise=DEFAULT_NOISE))
+            objective_value(
+                objective, simulate_sweep(model, workload, seed=seed, noise=DEFAULT_NOISE, requests_seed=0)
+            )
             for seed in range(runs)
         ]
         # A launch that misses the space's floor is worth 0 to the study: counted apart, so

@@ -98,9 +98,10 @@ def markdown(
             format_targets(targets, markdown=True),
             "",
             _wrap(
-                "**Search efficiency** (`benchmarks/search_efficiency.py`). Every strategy measures "
-                "with the space's shortened sweep; trials are Optuna trials (a rejected or reused "
-                "one costs no server time)."
+                "**Search efficiency** (`benchmarks/search_efficiency.py`). The tuner screens trials "
+                "on the space's proxy (C=1 and C=256 of the target) and measures its finalists on "
+                "the target; the peers measure every trial on the target. Trials are Optuna trials "
+                "(a rejected or reused one costs no server time)."
             ),
             "",
             markdown_table(search_efficiency.HEADER, search_efficiency.table_rows(eff)),
@@ -118,8 +119,8 @@ def markdown(
             "",
             *(_wrap(n) + "\n" for n in server_time.notes(st)),
             _wrap(
-                f"**Sweep fidelity** (`benchmarks/sweep_fidelity.py`): the default shortened sweep "
-                f"(C={sweep_fidelity.describe(reference_space().workload)}) against the full reference "
+                f"**Sweep fidelity** (`benchmarks/sweep_fidelity.py`): the default proxy "
+                f"(C={sweep_fidelity.describe(reference_space().proxy)}) against the full reference "
                 "sweep (C=1@512, 32..256@2048, "
                 f"noise off) over {fid['configs']} random launchable configurations."
             ),

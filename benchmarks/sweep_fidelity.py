@@ -6,7 +6,7 @@ Full sweep: C=1 at 512 tokens, then 32/64/128/192/256 at 2048 (the reference cam
 noise off: the truth. Over ``--configs`` random launchable configurations of the reference
 space:
 
-* the space's default shortened sweep measured with noise 0, 2% and 5% (the simulator's
+* the space's proxy (the sweep a study screens on) measured with noise 0, 2% and 5% (the simulator's
   per-launch and per-step noise): Spearman rank correlation of its peak with the full
   sweep's, top-1 agreement (does it pick the configuration the full sweep picks?), the
   full-sweep value of its pick as a share of the full sweep's best, and its server time
@@ -59,7 +59,7 @@ def _measure(index: int, params: dict[str, Any], candidate_noise: float) -> dict
         return None
     out: dict[str, Any] = {"full": full, "full_t": full_t, "default": {}, "full_noisy": {}, "candidates": {}}
     for noise in NOISE_LEVELS:
-        v, t = sweep(space, params, space.workload, seed=index + 1, noise=noise)
+        v, t = sweep(space, params, space.proxy, seed=index + 1, noise=noise)
         out["default"][str(noise)] = (v or 0.0, t)
         if noise > 0:
             out["full_noisy"][str(noise)] = sweep(space, params, FULL, seed=index + 1, noise=noise)[0] or 0.0
@@ -116,7 +116,7 @@ def run(configs: int, candidate_noise: float = 0.0, n_jobs: int = 2) -> dict[str
     return {
         "configs": len(rows),
         "space": space.name,
-        "default_sweep": describe(space.workload),
+        "default_sweep": describe(space.proxy),
         "default": default,
         "candidate_noise": candidate_noise,
         "candidates": candidates,
@@ -153,7 +153,7 @@ def table_rows(summary: dict[str, Any]) -> list[list[str]]:
 def text(summary: dict[str, Any]) -> str:
     lines = [
         f"{summary['configs']} launchable random configurations of {summary['space']}; "
-        f"default short sweep C={summary['default_sweep']} vs the full reference sweep (noise off)",
+        f"proxy C={summary['default_sweep']} vs the full reference sweep (noise off)",
         format_table(HEADER, table_rows(summary)),
         "",
         f"candidate short sweeps, noise {summary['candidate_noise']}:",

@@ -229,14 +229,21 @@ class GlitchedServer(Measurer):
     def __init__(self, inner: Measurer, label: str, factor: float = 3.0):
         self.inner, self.label, self.factor = inner, label, factor
 
-    def measure(self, spec, workload, objective, *, trial_label, seed, on_level, levels=None):
+    def measure(self, spec, workload, objective, *, trial_label, seed, on_level, levels=None, launch=0):
         def inflated(i, metrics, goodput):
             if trial_label == self.label:  # the measurement's own record, seen by the study
                 metrics.output_tok_s *= self.factor
             return on_level(i, metrics, goodput)
 
         return self.inner.measure(
-            spec, workload, objective, trial_label=trial_label, seed=seed, on_level=inflated, levels=levels
+            spec,
+            workload,
+            objective,
+            trial_label=trial_label,
+            seed=seed,
+            on_level=inflated,
+            levels=levels,
+            launch=launch,
         )
 
 

@@ -9,7 +9,7 @@ from tuner.engines import sglang
 from tuner.failures import LaunchFailure
 from tuner.metrics import summarize
 from tuner.sim.model import PerfModel
-from tuner.sim.serving import simulate_sweep
+from tuner.sim.serving import ServingSimulator, simulate_sweep
 from tuner.workload import Workload
 
 HW, MODEL = "rtx-pro-6000-pcie-x8", "kimi-k2.6"
@@ -136,6 +136,35 @@ def test_noise_zero_is_deterministic_and_noise_is_seedable():
     assert run(1, 0.0) == run(1, 0.0)
     assert run(3, 0.03) == run(3, 0.03)
     assert run(3, 0.03) != run(4, 0.03)
+
+
+def test_a_request_set_is_the_same_on_every_launch_and_the_launch_noise_is_not():
+    """A reply's length belongs to the request (the model ends it), not to the launch: two
+    launches given one request set generate the same replies, request by request, at
+    different speeds; closed-loop requests sent again get the same replies too."""
+    pm = build()
+    for wl in (
+        Workload(levels=(64,), max_tokens=1024),
+        Workload(
+            kind="closed-loop",
+            levels=(16,),
+            duration_s=20,
+            ramp_s=2,
+            lengths={"output": {"kind": "lognormal", "median": 120, "sigma": 0.5}},
+        ),
+    ):
+
+        def launch(seed: int, requests_seed: int, wl: Workload = wl):
+            sim = ServingSimulator(pm, seed=seed, noise=0.02, requests_seed=requests_seed)
+            sim.warm_up(wl)
+            level = sim.run_level(wl, wl.levels[0])
+            return [r.output_tokens for r in level.records if r.ok], summarize(level).output_tok_s
+
+        (a, speed_a), (b, speed_b), (other, _) = launch(1, 7), launch(2, 7), launch(1, 8)
+        n = min(len(a), len(b))
+        assert a[:n] == b[:n] and n >= 16
+        assert speed_a != speed_b
+        assert other[:n] != a[:n]
 
 
 def test_ignore_eos_generates_exactly_max_tokens():

@@ -15,7 +15,7 @@ from tuner import budget
 from tuner.cli import main
 from tuner.measurers import SimMeasurer
 from tuner.objectives import Objective
-from tuner.space import load_space
+from tuner.space import Space, load_space
 from tuner.storage import load_study
 from tuner.study import Search
 from tuner.systemd_unit import parse_shell
@@ -86,6 +86,34 @@ def test_identical_configuration_reuses_the_measurement(space):
     assert again.outcome == "reused" and again.attrs["reused_from"] == first.number
     assert again.attrs["server_s"] == 0 and first.attrs["server_s"] > 0
     assert again.values == first.values and again.attrs["levels"] == first.attrs["levels"]
+
+
+def test_every_trial_of_a_study_serves_the_same_requests(space):
+    """Configurations are compared on one request set (common random numbers): two
+    configurations measured under noise generate the same replies, level by level; a run that resumes the study (another worker, another
+    ``--seed``) serves the same requests; a new study of another seed serves others."""
+    chat = space.workload.model_copy(
+        update={"levels": (1, 32), "max_tokens": 2048}
+    )  # replies end on their own
+    space = Space(space.spec.model_copy(update={"workload": chat, "proxy": "none"}), source=space.source)
+
+    def tokens(search: Search) -> list[dict[int, int]]:
+        return [{lv["concurrency"]: lv["output_tokens"] for lv in r.attrs["levels"]} for r in records(search)]
+
+    def study(seed: int, *configs: dict, fresh: bool = True) -> list[dict[int, int]]:
+        if fresh:
+            shutil.rmtree("studies", ignore_errors=True)
+        search = make_search(space, len(configs) + (0 if fresh else 2), noise=0.02, seed=seed)
+        enqueue(search, *configs)
+        search.run()
+        return tokens(search)
+
+    ep8, ep4 = study(4, {"ep_size": 8}, {"ep_size": 4})
+    assert ep8 == ep4 and ep8[32] != 32 * 2048
+    *_, resumed = study(9, {"ep_size": 1}, fresh=False)
+    assert resumed == ep8
+    other, _ = study(5, {"ep_size": 8}, {"ep_size": 4})
+    assert other != ep8
 
 
 def test_interrupted_study_resumes_to_its_budget(space):

@@ -112,9 +112,17 @@ class Measurer(ABC):
         seed: int,
         on_level: LevelCallback,
         levels: Sequence[int] | None = None,
+        launch: int = 0,
     ) -> Measurement:
         """Run one trial's server and sweep (``levels``: the order to measure the
-        workload's levels in, default lowest first); never leaves a server running."""
+        workload's levels in, default lowest first); never leaves a server running.
+
+        ``seed`` picks the request set (prompts, their lengths, arrivals): a study passes
+        the same one for every trial, so configurations are compared on the same requests
+        and what differs between two launches is the server, not the draw of requests
+        (common random numbers). ``launch`` numbers the launch within the study: a
+        simulated server draws what varies from launch to launch (its timing noise) from
+        it; a real server varies by itself."""
 
 
 def read_server_info(base_url: str, timeout_s: float = 10.0) -> dict[str, object]:
@@ -168,6 +176,7 @@ class SimMeasurer(Measurer):
         seed: int,
         on_level: LevelCallback,
         levels: Sequence[int] | None = None,
+        launch: int = 0,
     ) -> Measurement:
         try:
             model = PerfModel.build(self.hardware, self.model, spec.argv, spec.env)
@@ -179,7 +188,7 @@ class SimMeasurer(Measurer):
         m = Measurement(
             "ok", startup_s=self.startup_s, server_s=self.startup_s, server_info=model.server_info()
         )
-        sim = ServingSimulator(model, seed=seed, noise=self.noise)
+        sim = ServingSimulator(model, seed=launch, noise=self.noise, requests_seed=seed)
         sim.warm_up(workload)
         for i, c in enumerate(levels or workload.levels):
             if not record_level(i, sim.run_level(workload, c), objective, on_level, m):
@@ -260,6 +269,7 @@ class LauncherMeasurer(Measurer):
         seed: int,
         on_level: LevelCallback,
         levels: Sequence[int] | None = None,
+        launch: int = 0,
     ) -> Measurement:
         host = self._hosts.get()
         try:

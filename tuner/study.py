@@ -144,6 +144,7 @@ class Search:
                 directions=objective.directions,
                 load_if_exists=True,
             )
+            self.requests_seed = trial_record.requests_seed(self.study, default=seed or 0)
         self._stop = threading.Event()
         self._told_waiting = threading.Event()
         #: Setup failures in a row: (cause, log path) of each.
@@ -539,7 +540,6 @@ class Search:
             proxy_only = original is not None and trial_record.fidelity(original) != "target"
             if original is not None and not (record.wants_target and proxy_only):
                 return self._reuse(trial, original)
-        seed = (self.seed or 0) * 1_000_003 + trial.number
         levels_done: list[int] = []
         workload, order, screened = self._plan(record.wants_target)
         proxy_levels = len(self.space.proxy.levels)
@@ -575,9 +575,10 @@ class Search:
             workload,
             self.objective,
             trial_label=f"trial-{trial.number}",
-            seed=seed,
+            seed=self.requests_seed,
             on_level=on_level,
             levels=order,
+            launch=(self.seed or 0) * 1_000_003 + trial.number,
         )
         record.measurement(
             [lv.model_dump(exclude_none=True) for lv in sorted(m.levels, key=lambda lv: lv.concurrency)],

@@ -105,6 +105,8 @@ STUDY_BACKEND = "measured_on"
 STUDY_REDRAWN = "redrawn_proposals"
 #: The space's systemd unit settings, with the interpreter (``python``).
 STUDY_UNIT = "unit"
+#: Seed of the request set every trial of the study serves (set by the study's first run).
+STUDY_REQUESTS_SEED = "requests_seed"
 
 #: Attributes a reused trial copies from the trial it reuses.
 _COPIED_ON_REUSE = (LEVELS, SERVER_INFO, REASON, FAILURE_CLASS, VIOLATIONS, FIDELITY)
@@ -334,6 +336,17 @@ def write_study_info(
     if proxy is not None:
         study.set_user_attr(STUDY_PROXY, dict(proxy))
     study.set_user_attr(STUDY_UNIT, dict(unit))
+
+
+def requests_seed(study: optuna.Study, default: int) -> int:
+    """The seed of the requests every trial of ``study`` serves: the one its first run
+    stored, or ``default`` (stored now). Resumed runs and parallel workers (whatever their
+    ``--seed``) thus compare configurations on the same requests."""
+    stored = study.user_attrs.get(STUDY_REQUESTS_SEED)
+    if stored is None:
+        study.set_user_attr(STUDY_REQUESTS_SEED, default)
+        return default
+    return int(stored)
 
 
 def queued_repeat(number: int, fidelity: str = "target") -> dict[str, Any]:

@@ -87,7 +87,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="goodput objective: a request counts only if its time per output token is within MS "
         f"(default {Objective.model_fields['tpot_ms'].default:.0f})",
     )
-    p.add_argument("--seed", type=int, default=None, help="sampler (and simulator) seed")
+    p.add_argument(
+        "--seed",
+        type=int,
+        default=None,
+        help="seed of the sampler and of the request set every trial serves (and of the simulator's noise)",
+    )
     p.add_argument(
         "--backend",
         choices=("sim", "local", "ssh", "systemd"),

@@ -67,11 +67,24 @@ class _Level:
 class ServingSimulator:
     """A launched server: one performance model, warm state and noise across levels."""
 
-    def __init__(self, model: PerfModel, *, seed: int = 0, noise: float = DEFAULT_NOISE):
+    def __init__(
+        self,
+        model: PerfModel,
+        *,
+        seed: int = 0,
+        noise: float = DEFAULT_NOISE,
+        requests_seed: int | None = None,
+    ):
         self.model = model
         self.rng = np.random.default_rng(seed)
-        #: SGLang's decisions; shares the random stream (arrivals, reply lengths, noise).
+        #: SGLang's decisions (the per-launch factor, step noise), drawn from the launch's stream.
         self.policy = SglangScheduler(model, rng=self.rng, noise=noise)
+        #: Seed of the request set (arrivals, prompt and reply lengths), drawn per level from
+        #: ``[requests_seed, concurrency]`` as the load generator draws its prompts, so two
+        #: launches given the same one serve the same requests; None: from the launch's stream.
+        self.requests_seed = requests_seed
+        #: Natural reply length of each request of the level's plan (None: the plan fixes them).
+        self._replies: np.ndarray | None = None
         self.clock = 0.0
         self.warm = False
         self.decode_steps = 0
@@ -87,7 +100,15 @@ class ServingSimulator:
     def run_level(self, workload: Workload, concurrency: int) -> LevelRecords:
         """Simulate one level of the workload (the requests :meth:`Workload.plan` says);
         returns its records."""
-        plan = workload.plan(concurrency, self.rng)
+        rng = self.rng
+        if self.requests_seed is not None:
+            rng = np.random.default_rng([self.requests_seed, concurrency])
+        plan = workload.plan(concurrency, rng)
+        # A reply's length is the request's (the model ends it), whichever server serves it,
+        # and a request a closed loop sends again gets the same reply.
+        self._replies = None
+        if plan.output_tokens is None:
+            self._replies = reply_lengths(rng, len(plan), plan.max_tokens, False)
         t0 = self.clock
         window = False
         if plan.mode == "closed-loop":
@@ -117,7 +138,8 @@ class ServingSimulator:
         if plan.output_tokens is not None:
             target = plan.output_tokens[idx]
         else:
-            target = reply_lengths(self.rng, len(idx), max_tokens, False)
+            assert self._replies is not None
+            target = self._replies[idx]
         return _Level(arrivals.astype(float), prompt, target, max_tokens.astype(np.int64), plan, len(idx))
 
     def _closed_loop(self, plan: LevelPlan, wl: Workload) -> tuple[_Level, float, float]:
@@ -334,12 +356,14 @@ def simulate_sweep(
     seed: int = 0,
     noise: float = DEFAULT_NOISE,
     on_level: Callable[[LevelMetrics], bool | None] | None = None,
+    requests_seed: int | None = None,
 ) -> list[LevelRecords]:
     """Warm up, then run the workload's levels lowest first on one launched server.
 
     ``on_level`` sees each level's metrics; returning ``False`` stops the sweep (pruning).
+    ``requests_seed`` fixes the request set (see :class:`ServingSimulator`).
     """
-    sim = ServingSimulator(model, seed=seed, noise=noise)
+    sim = ServingSimulator(model, seed=seed, noise=noise, requests_seed=requests_seed)
     sim.warm_up(workload)
     out = []
     for c in workload.levels:
