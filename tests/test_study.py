@@ -90,11 +90,11 @@ def test_identical_configuration_reuses_the_measurement(space):
 
 def test_every_trial_of_a_study_serves_the_same_requests(space):
     """Configurations are compared on one request set (common random numbers): two
-    configurations measured under noise generate the same replies, level by level; a run that resumes the study (another worker, another
-    ``--seed``) serves the same requests; a new study of another seed serves others."""
-    chat = space.workload.model_copy(
-        update={"levels": (1, 32), "max_tokens": 2048}
-    )  # replies end on their own
+    configurations measured under noise generate the same replies, level by level; a run
+    that resumes the study (another worker, another ``--seed``) serves the same requests;
+    a new study of another seed serves others."""
+    # Replies that end on their own (2048 max tokens), so the request draw shows.
+    chat = space.workload.model_copy(update={"levels": (1, 32), "max_tokens": 2048})
     space = Space(space.spec.model_copy(update={"workload": chat, "proxy": "none"}), source=space.source)
 
     def tokens(search: Search) -> list[dict[int, int]]:

@@ -22,7 +22,7 @@ from __future__ import annotations
 import heapq
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -83,8 +83,6 @@ class ServingSimulator:
         #: ``[requests_seed, concurrency]`` as the load generator draws its prompts, so two
         #: launches given the same one serve the same requests; None: from the launch's stream.
         self.requests_seed = requests_seed
-        #: Natural reply length of each request of the level's plan (None: the plan fixes them).
-        self._replies: np.ndarray | None = None
         self.clock = 0.0
         self.warm = False
         self.decode_steps = 0
@@ -104,11 +102,10 @@ class ServingSimulator:
         if self.requests_seed is not None:
             rng = np.random.default_rng([self.requests_seed, concurrency])
         plan = workload.plan(concurrency, rng)
-        # A reply's length is the request's (the model ends it), whichever server serves it,
-        # and a request a closed loop sends again gets the same reply.
-        self._replies = None
         if plan.output_tokens is None:
-            self._replies = reply_lengths(rng, len(plan), plan.max_tokens, False)
+            # A reply's length is the request's (the model ends it), whichever server serves
+            # it, and a request a closed loop sends again gets the same reply.
+            plan = replace(plan, output_tokens=reply_lengths(rng, len(plan), plan.max_tokens, False))
         t0 = self.clock
         window = False
         if plan.mode == "closed-loop":
@@ -135,11 +132,8 @@ class ServingSimulator:
             prompt = np.full(len(idx), SHORT_PROMPT_TOKENS, dtype=np.int64)
         else:
             prompt = plan.prompt_tokens[idx]
-        if plan.output_tokens is not None:
-            target = plan.output_tokens[idx]
-        else:
-            assert self._replies is not None
-            target = self._replies[idx]
+        assert plan.output_tokens is not None, "run_level draws the natural reply lengths"
+        target = plan.output_tokens[idx]
         return _Level(arrivals.astype(float), prompt, target, max_tokens.astype(np.int64), plan, len(idx))
 
     def _closed_loop(self, plan: LevelPlan, wl: Workload) -> tuple[_Level, float, float]:
