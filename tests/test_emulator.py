@@ -245,6 +245,21 @@ def test_natural_reply_lengths_stop_on_their_own(emu):
     assert again["usage"]["completion_tokens"] == lengths[1]
 
 
+def test_a_greedy_reply_depends_on_its_prompt_not_on_arrival_order(emu):
+    def length(content: str, **extra) -> int:
+        body = {"model": "x", "messages": [{"role": "user", "content": content}], "max_tokens": 100_000}
+        with _client(emu) as c:
+            return c.post("/v1/chat/completions", json={**body, **extra}).json()["usage"]["completion_tokens"]
+
+    prompts = [f"Question {i}: tell me about serving." for i in range(4)]
+    first = [length(p, temperature=0) for p in prompts]
+    again = [length(p, temperature=0) for p in reversed(prompts)][::-1]
+    assert first == again and len(set(first)) == 4
+    # Sampled decoding (no temperature: the model's default) draws each reply anew.
+    sampled = {length(prompts[0]) for _ in range(3)}
+    assert len(sampled) == 3
+
+
 def test_generate_native(emu):
     with _client(emu) as c:
         r = c.post(

@@ -297,6 +297,25 @@ def test_closed_loop_window(emu):
     assert m.wall_s == pytest.approx(1.0, abs=0.01)
 
 
+def test_a_request_set_gets_the_same_replies_on_every_run(emu):
+    # The load generator asks for greedy decoding (as sglang.bench_serving does), so a
+    # reply is a function of its prompt: the same request set served again, by the same
+    # server or a fresh one, gets replies of the same lengths; another request set others.
+    wl = burst(8, max_tokens=4000)
+
+    def lengths(url: str, seed: int) -> list[int]:
+        level = run(run_level(url, wl, 8, model_name="m", seed=seed))
+        assert all(r.ok for r in level.records)
+        return sorted(r.output_tokens for r in level.records)
+
+    first = lengths(emu.url, 0)
+    assert len(set(first)) > 4  # natural lengths, not the cap
+    assert lengths(emu.url, 0) == first
+    with EmulatorProcess(TP8, speedup=100.0) as fresh:
+        assert lengths(fresh.url, 0) == first
+    assert lengths(emu.url, 1) != first
+
+
 def test_poisson_open_loop(emu):
     wl = Workload(kind="poisson", levels=(20,), duration_s=1.0, rate=1.0, max_tokens=16, ignore_eos=True)
     level = run(run_level(emu.url, wl, 20, model_name="m"))

@@ -141,11 +141,17 @@ class ClientSet:
 
 
 def request_body(model: str, prompt: str, max_tokens: int, ignore_eos: bool) -> bytes:
-    """The JSON body of one streaming chat request (usage included in the stream)."""
+    """The JSON body of one streaming chat request (usage included in the stream).
+
+    Greedy decoding (temperature 0), as ``sglang.bench_serving`` and vLLM's serving
+    benchmark send it: a reply is then a function of its prompt, so every launch of a
+    study, which serves the same prompts, gets the same replies and the same reply lengths,
+    and two configurations are compared on the same work."""
     body: dict[str, Any] = {
         "model": model,
         "messages": [{"role": "user", "content": prompt}],
         "max_tokens": max_tokens,
+        "temperature": 0.0,
         "stream": True,
         "stream_options": {"include_usage": True},
     }

@@ -20,6 +20,7 @@ or a study needs. The process around it (flags, loading, signals) is
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import math
 import time
@@ -71,6 +72,15 @@ def token_text(a: int, b: int) -> str:
 def estimate_prompt_tokens(texts: Sequence[str], messages: int = 0) -> int:
     chars = sum(len(t) for t in texts)
     return max(1, math.ceil(chars / CHARS_PER_TOKEN) + TEMPLATE_TOKENS_PER_MESSAGE * messages)
+
+
+def greedy_key(temperature: Any, prompt: Any) -> int | None:
+    """A digest of a greedy request's prompt (temperature 0), which decides its reply;
+    None for a sampled request (no temperature: the model's default, or one above 0)."""
+    if temperature is None or temperature > 0:
+        return None
+    digest = hashlib.blake2b(json.dumps(prompt, sort_keys=True).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big")
 
 
 def _error(status: int, message: str) -> JSONResponse:
@@ -392,7 +402,11 @@ class Emulator:
                 f"({self.perf.memory.kv_tokens} tokens).",
             )
         gen = self.engine.submit(
-            prompt, max_tokens, ignore_eos=bool(body.get("ignore_eos", False)), seed=body.get("seed")
+            prompt,
+            max_tokens,
+            ignore_eos=bool(body.get("ignore_eos", False)),
+            seed=body.get("seed"),
+            greedy_key=greedy_key(body.get("temperature"), messages),
         )
         cid = f"chatcmpl-{uuid.uuid4().hex}"
         created = int(time.time())
@@ -485,7 +499,11 @@ class Emulator:
             return _error(400, str(exc))
         assert max_new is not None
         gen = self.engine.submit(
-            prompt, max_new, ignore_eos=bool(sp.get("ignore_eos", False)), seed=sp.get("seed")
+            prompt,
+            max_new,
+            ignore_eos=bool(sp.get("ignore_eos", False)),
+            seed=sp.get("seed"),
+            greedy_key=greedy_key(sp.get("temperature"), text if isinstance(text, str) else ids),
         )
         rid = uuid.uuid4().hex
         t0 = time.perf_counter()

@@ -169,12 +169,27 @@ class RealtimeEngine:
 
     # --- client side ----------------------------------------------------------------------
     def submit(
-        self, prompt_tokens: int, max_tokens: int, *, ignore_eos: bool = False, seed: int | None = None
+        self,
+        prompt_tokens: int,
+        max_tokens: int,
+        *,
+        ignore_eos: bool = False,
+        seed: int | None = None,
+        greedy_key: int | None = None,
     ) -> Generation:
-        """Queue a request; its reply length is drawn now (seeded per request)."""
+        """Queue a request; its reply length is drawn now: from ``greedy_key`` for a greedy
+        request (a digest of its prompt: the same prompt gets the same reply, in whatever
+        order requests arrive), else from the request's sampling ``seed`` where it gives
+        one, else per request (sampled decoding)."""
         rid = self._next_rid
         self._next_rid += 1
-        rng = np.random.default_rng([self.seed, 0 if seed is None else 1, rid if seed is None else seed])
+        if greedy_key is not None:
+            stream = [self.seed, 2, greedy_key]
+        elif seed is not None:
+            stream = [self.seed, 1, seed]
+        else:
+            stream = [self.seed, 0, rid]
+        rng = np.random.default_rng(stream)
         target = int(reply_lengths(rng, 1, max_tokens, ignore_eos)[0])
         gen = Generation(
             rid=rid,
