@@ -36,7 +36,7 @@ from starlette.routing import Route
 
 from tuner.sim.faults import MID_STREAM_BYTES, Faults
 from tuner.sim.model import PerfModel
-from tuner.sim.realtime import Generation, RealtimeEngine
+from tuner.sim.realtime import GREEDY, SEEDED, Generation, RealtimeEngine
 from tuner.trace import CHARS_PER_TOKEN
 
 #: max_tokens when a request sets none (SGLang: up to the context length; the natural
@@ -74,13 +74,16 @@ def estimate_prompt_tokens(texts: Sequence[str], messages: int = 0) -> int:
     return max(1, math.ceil(chars / CHARS_PER_TOKEN) + TEMPLATE_TOKENS_PER_MESSAGE * messages)
 
 
-def greedy_key(temperature: Any, prompt: Any) -> int | None:
-    """A digest of a greedy request's prompt (temperature 0), which decides its reply;
-    None for a sampled request (no temperature: the model's default, or one above 0)."""
-    if temperature is None or temperature > 0:
-        return None
-    digest = hashlib.blake2b(json.dumps(prompt, sort_keys=True).encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "big")
+def reply_key(sampling: dict, prompt: Any) -> tuple[int, int] | None:
+    """What decides a request's reply (see :meth:`RealtimeEngine.submit`): for a greedy
+    request (temperature 0), a digest of its prompt; else its sampling ``seed`` where it
+    gives one; else nothing (sampled at the model's default: drawn anew per request).
+    ``sampling`` holds validated sampling parameters (:func:`_check_sampling`)."""
+    temperature, seed = sampling.get("temperature"), sampling.get("seed")
+    if temperature is not None and temperature <= 0:
+        digest = hashlib.blake2b(json.dumps(prompt, sort_keys=True).encode(), digest_size=8).digest()
+        return GREEDY, int.from_bytes(digest, "big")
+    return None if seed is None else (SEEDED, seed)
 
 
 def _error(status: int, message: str) -> JSONResponse:
@@ -405,8 +408,7 @@ class Emulator:
             prompt,
             max_tokens,
             ignore_eos=bool(body.get("ignore_eos", False)),
-            seed=body.get("seed"),
-            greedy_key=greedy_key(body.get("temperature"), messages),
+            reply=reply_key(body, messages),
         )
         cid = f"chatcmpl-{uuid.uuid4().hex}"
         created = int(time.time())
@@ -502,8 +504,7 @@ class Emulator:
             prompt,
             max_new,
             ignore_eos=bool(sp.get("ignore_eos", False)),
-            seed=sp.get("seed"),
-            greedy_key=greedy_key(sp.get("temperature"), text if isinstance(text, str) else ids),
+            reply=reply_key(sp, text if isinstance(text, str) else ids),
         )
         rid = uuid.uuid4().hex
         t0 = time.perf_counter()

@@ -125,6 +125,11 @@ class EngineStats:
         return asdict(self)
 
 
+#: What decides a reply's length (the first element of ``RealtimeEngine.submit``'s ``reply``
+#: and of its random stream): nothing but the request itself, a sampling seed, the prompt.
+SAMPLED, SEEDED, GREEDY = 0, 1, 2
+
+
 class RealtimeEngine:
     """SGLang's continuous batching paced in real time from a performance model."""
 
@@ -174,22 +179,15 @@ class RealtimeEngine:
         max_tokens: int,
         *,
         ignore_eos: bool = False,
-        seed: int | None = None,
-        greedy_key: int | None = None,
+        reply: tuple[int, int] | None = None,
     ) -> Generation:
-        """Queue a request; its reply length is drawn now: from ``greedy_key`` for a greedy
-        request (a digest of its prompt: the same prompt gets the same reply, in whatever
-        order requests arrive), else from the request's sampling ``seed`` where it gives
-        one, else per request (sampled decoding)."""
+        """Queue a request; its reply length is drawn now, from ``reply``: (:data:`GREEDY`,
+        a digest of the prompt) for a greedy request, so the same prompt gets the same reply
+        in whatever order requests arrive; (:data:`SEEDED`, the request's sampling seed);
+        or None, a draw of its own per request (sampled decoding)."""
         rid = self._next_rid
         self._next_rid += 1
-        if greedy_key is not None:
-            stream = [self.seed, 2, greedy_key]
-        elif seed is not None:
-            stream = [self.seed, 1, seed]
-        else:
-            stream = [self.seed, 0, rid]
-        rng = np.random.default_rng(stream)
+        rng = np.random.default_rng([self.seed, *(reply or (SAMPLED, rid))])
         target = int(reply_lengths(rng, 1, max_tokens, ignore_eos)[0])
         gen = Generation(
             rid=rid,
