@@ -229,7 +229,9 @@ class GlitchedServer(Measurer):
     def __init__(self, inner: Measurer, label: str, factor: float = 3.0):
         self.inner, self.label, self.factor = inner, label, factor
 
-    def measure(self, spec, workload, objective, *, trial_label, seed, on_level, levels=None, launch=0):
+    def measure(
+        self, spec, workload, objective, *, trial_label, seed, on_level, levels=None, launch=0, watch=None
+    ):
         def inflated(i, metrics, goodput):
             if trial_label == self.label:  # the measurement's own record, seen by the study
                 metrics.output_tok_s *= self.factor
@@ -244,6 +246,7 @@ class GlitchedServer(Measurer):
             on_level=inflated,
             levels=levels,
             launch=launch,
+            watch=watch,
         )
 
 

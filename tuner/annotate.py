@@ -43,6 +43,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from tuner import redact, trial_record
 from tuner.deployment import DEFAULT_ENGINE, unit_text
+from tuner.metrics import tok_s_text
 from tuner.statement import statement_lines
 from tuner.storage import STUDIES_DIR
 from tuner.trial_record import StudyInfo, TrialRecord
@@ -92,7 +93,11 @@ def levels_table(levels: Sequence[Mapping[str, Any]]) -> list[str]:
     lines = ["| " + " | ".join(header) + " |", "|" + "---:|" * len(header)]
     for lv in levels:
         cells = [_fmt(lv.get(field), spec) for _, field, spec in LEVEL_COLUMNS]
+        if lv.get("stopped_early"):
+            cells[1] = tok_s_text(lv)
         done = f"{lv.get('completed', 0)}" + (f" ({lv['failed']} failed)" if lv.get("failed") else "")
+        if lv.get("stopped_early"):
+            done += " (stopped early: tok/s projected)"
         lines.append("| " + " | ".join([*cells, done]) + " |")
     return lines
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from tuner.engines.base import LaunchSpec
-from tuner.metrics import LevelMetrics
+from tuner.metrics import PROJECTED_MARK, LevelMetrics, tok_s_text
 from tuner.objectives import peak_tok_s, single_stream
 from tuner.statement import statement_lines
 from tuner.systemd_unit import render_shell, render_systemd_unit
@@ -56,7 +56,11 @@ def header_lines(
         f"single-stream {single_stream(levels):.1f} tok/s, peak {peak_tok_s(levels):.1f} tok/s "
         f"(backend {rec.backend or '?'})"
     )
-    lines += [f"  C={lv.concurrency}: {lv.output_tok_s:.1f} tok/s" for lv in levels]
+    lines += [f"  C={lv.concurrency}: {tok_s_text(lv)} tok/s" for lv in levels]
+    if any(lv.stopped_early for lv in levels):
+        lines.append(
+            f"  ({PROJECTED_MARK}: a level stopped before it drained, as it could not raise the peak)"
+        )
     if rec.fidelity == "proxy":
         lines.append("measured on the screening proxy only, not yet on the whole target workload")
     elif rec.target_runs:

@@ -200,8 +200,9 @@ def near_floor(
 
 def observed(t: FrozenTrial) -> float | None:
     """What a trial measured of the objective: the value of a :func:`measured` trial, the
-    partial value of a pruned one (a lower bound, and such a trial is far below the best
-    anyway), None for the rest."""
+    partial value of a pruned one (over the levels it ran, a level stopped before it drained
+    counting the optimistic projection it was stopped on: :mod:`tuner.level_watch`; such a
+    trial is far below the best anyway), None for the rest."""
     if measured(t):
         return t.values[-1]
     if t.state == TrialState.PRUNED:

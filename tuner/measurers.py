@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from tuner import redact, watchdog
+from tuner import level_watch, redact, watchdog
 from tuner.engines.base import LaunchSpec
 from tuner.failures import LaunchFailure
 from tuner.metrics import LevelMetrics, summarize
@@ -113,6 +113,7 @@ class Measurer(ABC):
         on_level: LevelCallback,
         levels: Sequence[int] | None = None,
         launch: int = 0,
+        watch: level_watch.LevelWatch | None = None,
     ) -> Measurement:
         """Run one trial's server and sweep (``levels``: the order to measure the
         workload's levels in, default lowest first); never leaves a server running.
@@ -122,7 +123,12 @@ class Measurer(ABC):
         and what differs between two launches is the server, not the draw of requests
         (common random numbers). ``launch`` numbers the launch within the study: a
         simulated server draws what varies from launch to launch (its timing noise) from
-        it; a real server varies by itself."""
+        it; a real server varies by itself.
+
+        ``watch`` gives, as each burst level starts, the bar it must be able to reach
+        (:class:`~tuner.level_watch.LevelBar`, or None: no watch); a level that cannot is
+        stopped before it drains and reported as such (``LevelMetrics.stopped_early``), and
+        ``on_level`` decides, as after any level, whether the sweep goes on."""
 
 
 def read_server_info(base_url: str, timeout_s: float = 10.0) -> dict[str, object]:
@@ -177,6 +183,7 @@ class SimMeasurer(Measurer):
         on_level: LevelCallback,
         levels: Sequence[int] | None = None,
         launch: int = 0,
+        watch: level_watch.LevelWatch | None = None,
     ) -> Measurement:
         try:
             model = PerfModel.build(self.hardware, self.model, spec.argv, spec.env)
@@ -191,7 +198,12 @@ class SimMeasurer(Measurer):
         sim = ServingSimulator(model, seed=launch, noise=self.noise, requests_seed=seed)
         sim.warm_up(workload)
         for i, c in enumerate(levels or workload.levels):
-            if not record_level(i, sim.run_level(workload, c), objective, on_level, m):
+            level = sim.run_level(workload, c)
+            bar = watch(i, c) if watch is not None and workload.kind == "burst" else None
+            if bar is not None:
+                # The simulator computes a level whole: replay the checks a watched server gets.
+                level = level_watch.replay(level, bar)
+            if not record_level(i, level, objective, on_level, m):
                 break
         return m
 
@@ -270,10 +282,13 @@ class LauncherMeasurer(Measurer):
         on_level: LevelCallback,
         levels: Sequence[int] | None = None,
         launch: int = 0,
+        watch: level_watch.LevelWatch | None = None,
     ) -> Measurement:
         host = self._hosts.get()
         try:
-            return self._measure_on(host, spec, workload, objective, trial_label, seed, on_level, levels)
+            return self._measure_on(
+                host, spec, workload, objective, trial_label, seed, on_level, levels, watch
+            )
         finally:
             self._hosts.put(host)
 
@@ -287,6 +302,7 @@ class LauncherMeasurer(Measurer):
         seed: int,
         on_level: LevelCallback,
         levels: Sequence[int] | None,
+        watch: level_watch.LevelWatch | None,
     ) -> Measurement:
         from tuner import engines, loadgen
         from tuner.launchers import make_launcher
@@ -328,7 +344,7 @@ class LauncherMeasurer(Measurer):
             m.python = self.python or launcher.interpreter()
             deadline = self.level_timeout_s or watchdog.level_deadline_s(workload)
             sweep = loadgen.run_sweep(
-                launcher.base_url(), workload, seed=seed, on_records=on_records, levels=levels
+                launcher.base_url(), workload, seed=seed, on_records=on_records, levels=levels, watch=watch
             )
             asyncio.run(watchdog.guard(sweep, stall_s=self.stall_s, deadline_s=deadline))
             if died or not launcher.alive():

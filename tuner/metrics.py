@@ -8,7 +8,9 @@ Definitions (the ones serving benchmarks use):
 * E2E: end minus start.
 * aggregate output tok/s: output tokens of finished requests divided by the
   level's wall time (first request sent to last request finished); for a closed-loop
-  window, the tokens streamed inside the window (finished or not) divided by its length.
+  window, the tokens streamed inside the window (finished or not) divided by its length;
+  for a burst stopped before it drained, the projection it was stopped on
+  (:mod:`tuner.level_watch`).
   Counting only requests that finish inside the window would undercount every request
   longer than a fraction of it (at 1k tokens and 34 ms a token, a request takes 35 s of a
   60 s window), and favour short requests and short windows.
@@ -17,6 +19,8 @@ Definitions (the ones serving benchmarks use):
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 from pydantic import BaseModel
@@ -41,6 +45,22 @@ class LevelMetrics(BaseModel):
     e2e_s_p50: float | None = None
     per_stream_tok_s: float | None = None
     errors: dict[str, int] = {}
+    #: True for a burst level stopped before it drained, as it could not reach the bar it was
+    #: held to (:mod:`tuner.level_watch`): ``wall_s`` and the counts are those up to the stop,
+    #: ``output_tok_s`` the projected throughput of the whole level. None (left out of a
+    #: trial's stored levels) otherwise.
+    stopped_early: bool | None = None
+
+
+#: Marks the throughput of a level stopped before it drained: a projection, not a measurement.
+PROJECTED_MARK = "~"
+
+
+def tok_s_text(level: LevelMetrics | Mapping[str, Any], spec: str = ".1f") -> str:
+    """A level's tok/s as every output prints it: a stopped level's projection marked
+    :data:`PROJECTED_MARK` (``~1660.2``)."""
+    lv = level.model_dump() if isinstance(level, LevelMetrics) else level
+    return (PROJECTED_MARK if lv.get("stopped_early") else "") + format(lv["output_tok_s"], spec)
 
 
 def _percentile(values: np.ndarray, q: float) -> float | None:
@@ -101,7 +121,7 @@ def summarize(level: LevelRecords) -> LevelMetrics:
     )
     return LevelMetrics(
         concurrency=level.concurrency,
-        output_tok_s=tokens / wall,
+        output_tok_s=tokens / wall if level.projected_tok_s is None else level.projected_tok_s,
         wall_s=wall,
         completed=len(done),
         failed=sum(errors.values()) - sum(level.errors.values()),
@@ -114,4 +134,5 @@ def summarize(level: LevelRecords) -> LevelMetrics:
         e2e_s_p50=_percentile(e2e, 50),
         per_stream_tok_s=None if not per_stream.size else float(per_stream.mean()),
         errors=dict(errors),
+        stopped_early=True if level.projected_tok_s is not None else None,
     )

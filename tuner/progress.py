@@ -39,6 +39,7 @@ from optuna.trial import FrozenTrial
 from tuner import fidelity
 from tuner import logging as tuner_logging
 from tuner.estimates import best_record
+from tuner.metrics import tok_s_text
 from tuner.trial_record import TrialRecord
 from tuner.wording import changes_text, params_text, refusal_text
 
@@ -150,7 +151,7 @@ def trial_line(
     """The one line of a finished trial: number, per-level tok/s, state, the best so far,
     then (never cut) what made it a new best, why it was refused, or how it differs from
     the best. ``previous``: the best before this trial."""
-    levels = " ".join(f"C{lv['concurrency']}:{lv['output_tok_s']:.0f}" for lv in rec.levels) or "-"
+    levels = " ".join(f"C{lv['concurrency']}:{tok_s_text(lv, '.0f')}" for lv in rec.levels) or "-"
     state, detail = _state(rec, engine)
     best_s = f"best {best.mean:.0f} (#{best.number})" if best and best.mean is not None else "best -"
     change = best_change(rec, best, previous, space)

@@ -13,6 +13,10 @@ server's 3x is the usual case) sets no bar until the launches of its configurati
 it. A re-measurement of a configuration (of a leader, or of a flagged launch) is never
 pruned: it is there to measure that configuration again, and what it measures is what
 tells a glitch from the configuration's value.
+
+The bar a level will be held to is also known before the level runs (:meth:`level_bar`),
+so a burst level that cannot reach it is stopped while it runs instead of drained first
+(:mod:`tuner.level_watch`).
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from optuna.pruners import BasePruner
 from optuna.trial import FrozenTrial, TrialState
 
 from tuner import estimates, trial_record
+from tuner.level_watch import LevelBar
 
 #: At the first level (single stream), prune below this share of the best completed trial.
 #: EP layouts run at ~0.66 of TP8 at C=1 yet win the peak; EPLB (~0.10) and no CUDA graphs
@@ -51,7 +56,32 @@ class RelativeToBestPruner(BasePruner):
         step = trial.last_step
         if step is None or trial_record.REPEAT_OF in trial.user_attrs:
             return False
-        value = trial.intermediate_values[step]
+        best = self._best_at(study, step)
+        return best is not None and trial.intermediate_values[step] < self._ratio(step) * best[1]
+
+    def level_bar(self, study: optuna.Study, step: int, concurrency: int) -> LevelBar | None:
+        """The bar :meth:`prune` will hold a trial's level ``step`` (at ``concurrency``) to,
+        for watching that level while it runs (:mod:`tuner.level_watch`): None where nothing
+        would be pruned there, or the best trial did not record that level whole. (A
+        re-measurement is never pruned: its caller asks for no bar.)"""
+        best = self._best_at(study, step)
+        if best is None:
+            return None
+        reference = trial_record.level_at(best[0], concurrency)
+        if reference is None or reference.get("stopped_early") or not reference.get("output_tokens"):
+            return None
+        return LevelBar(
+            bar_tok_s=self._ratio(step) * best[1],
+            tokens=int(reference["output_tokens"]),
+            wall_s=float(reference["wall_s"]),
+        )
+
+    def _ratio(self, step: int) -> float:
+        return self.first_ratio if step == 0 else self.later_ratio
+
+    def _best_at(self, study: optuna.Study, step: int) -> tuple[FrozenTrial, float] | None:
+        """The best completed, feasible trial at ``step`` and its value there; None while
+        fewer than ``min_completed`` trials reached it (launches in doubt as outliers left out)."""
         trials = study.get_trials(deepcopy=False)
         doubtful = {n for n, v in estimates.outlier_verdicts(trials).items() if v != estimates.KEPT}
         done = [
@@ -63,7 +93,6 @@ class RelativeToBestPruner(BasePruner):
             and t.number not in doubtful
         ]
         if len(done) < self.min_completed:
-            return False
-        best = max(t.intermediate_values[step] for t in done)
-        ratio = self.first_ratio if step == 0 else self.later_ratio
-        return value < ratio * best
+            return None
+        best = max(done, key=lambda t: t.intermediate_values[step])
+        return best, best.intermediate_values[step]

@@ -56,3 +56,7 @@ class LevelRecords:
     max_tokens: int = 0
     errors: dict[str, int] = field(default_factory=dict)
     window: bool = False
+    #: Set on a burst level stopped before it drained (:mod:`tuner.level_watch`): the
+    #: projected throughput of the whole level, which its metrics report; the records are
+    #: those up to the stop (``ended``), as a closed-loop window's are.
+    projected_tok_s: float | None = None

@@ -30,7 +30,9 @@ from tuner import budget, effects, estimates, fidelity, ownership, resolution, s
 from tuner.budget import StudyStopped
 from tuner.coordination import BudgetGate, Heartbeat
 from tuner.failures import SETUP_CLASSES, LaunchFailure
+from tuner.level_watch import LevelBar
 from tuner.measurers import Interrupted, Measurer
+from tuner.metrics import LevelMetrics
 from tuner.objectives import Objective
 from tuner.preflight import Verdict
 from tuner.pruning import RelativeToBestPruner
@@ -75,6 +77,10 @@ MODEL_PICK_Z = 1.0
 NEAR_FLOOR_SD = 2.0
 #: Launches of one near-floor configuration at most: three tell a mean from a lucky run.
 NEAR_FLOOR_RUNS = 3
+#: A level of a peak-objective launch is cut short once it cannot come within this share of
+#: the peak the launch measured already (:meth:`Search._level_bar`): within it the level
+#: could still hold the peak by noise (about 2% a launch, tuner.estimates), so it runs out.
+PEAK_MARGIN = 0.02
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
 #: Launches in a row failing with one setup error (the same cause whatever the parameters)
 #: that stop the study; :data:`SETUP_STOP_ANY` in a row stop it whatever their causes.
@@ -579,6 +585,7 @@ class Search:
             on_level=on_level,
             levels=order,
             launch=(self.seed or 0) * 1_000_003 + trial.number,
+            watch=lambda step, c: self._level_bar(step, c, [m for m, _ in so_far], repeat=record.repeats),
         )
         record.measurement(
             [lv.model_dump(exclude_none=True) for lv in sorted(m.levels, key=lambda lv: lv.concurrency)],
@@ -604,8 +611,14 @@ class Search:
         if on_target and len(so_far) == len(order or ()) and proxy_value and proxy_value[0] is not None:
             record.proxy_value(proxy_value[0])
         if m.status == "stopped":
+            last = m.levels[-1]
+            early = (
+                f", stopped after {last.wall_s:.1f} s: projected {last.output_tok_s:.1f} tok/s"
+                if last.stopped_early
+                else ""
+            )
             record.pruned(
-                f"pruned at level {len(m.levels)} (C={levels_done[-1]})",
+                f"pruned at level {len(m.levels)} (C={levels_done[-1]}{early})",
                 self.objective.partial(m.levels, m.goodputs),
             )
             raise optuna.TrialPruned()
@@ -619,6 +632,34 @@ class Search:
         record.complete()
         self._check_outlier(trial, value)
         return value
+
+    def _level_bar(
+        self, step: int, concurrency: int, measured: Sequence[LevelMetrics], *, repeat: bool
+    ) -> LevelBar | None:
+        """The bar a level of a trial must be able to reach while it runs, or it is stopped
+        (:mod:`tuner.level_watch`; only where the study prunes, and only for objectives whose
+        level value is the level's throughput, which a goodput's is not):
+
+        * the pruner's: below it the trial is hopeless, and is pruned at that level (never
+          a re-measurement's, which is never pruned);
+        * for the peak objective, the peak of the levels this launch measured already (less
+          :data:`PEAK_MARGIN`): a level that cannot raise it cannot change the trial's value
+          (a finalist's C=32 level on the reference target, ~600 tok/s after ~2200 at C=256),
+          so it is cut short and the sweep goes on.
+        """
+        pruner = self.study.pruner
+        if not self.prune or self.objective.name == "goodput" or not isinstance(pruner, RelativeToBestPruner):
+            return None
+        hopeless = None if repeat else pruner.level_bar(self.study, step, concurrency)
+        bars: list[LevelBar] = [] if hopeless is None else [hopeless]
+        peak = max((m.output_tok_s for m in measured if m.concurrency > 1), default=None)
+        if self.objective.name == "peak" and peak is not None and concurrency > 1:
+            trials = self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED))
+            reference = trial_record.whole_level(trials, concurrency)
+            if reference is not None:
+                tokens, wall_s = reference
+                bars.append(LevelBar((1 - PEAK_MARGIN) * peak, tokens, wall_s))
+        return max(bars, key=lambda b: b.bar_tok_s) if bars else None
 
     def _plan(self, wants_target: bool) -> tuple[Any, tuple[int, ...] | None, bool]:
         """(the workload to run, the order of its levels, whether the trial is screened).

@@ -164,6 +164,30 @@ def server_key(t: FrozenTrial | optuna.Trial | _StoredTrial) -> str | None:
     return t.user_attrs.get(SERVER_KEY, t.user_attrs.get(CONFIG_KEY))
 
 
+def level_at(t: FrozenTrial, concurrency: int) -> dict[str, Any] | None:
+    """The trial's stored metrics of its level at ``concurrency`` (a ``LevelMetrics`` as
+    stored), or None when it did not measure that level."""
+    return next((lv for lv in t.user_attrs.get(LEVELS) or [] if lv.get("concurrency") == concurrency), None)
+
+
+def whole_level(trials: Sequence[FrozenTrial], concurrency: int) -> tuple[int, float] | None:
+    """(output tokens, wall seconds) of a level at ``concurrency`` that some launch of the
+    study ran to its end (the fastest such), or None: every trial serves the same requests,
+    so its tokens are what any launch streams there (:mod:`tuner.level_watch`)."""
+    whole = [
+        lv
+        for t in trials
+        if REUSED_FROM not in t.user_attrs
+        and (lv := level_at(t, concurrency)) is not None
+        and not lv.get("stopped_early")
+        and lv.get("output_tokens")
+    ]
+    if not whole:
+        return None
+    top = max(whole, key=lambda lv: lv["output_tok_s"])
+    return int(top["output_tokens"]), float(top["wall_s"])
+
+
 def fidelity(t: FrozenTrial) -> str:
     """``target`` or ``proxy``: what the trial's value was measured on."""
     return str(t.user_attrs.get(FIDELITY, "target"))

@@ -28,6 +28,7 @@ from tuner.measurers import (
     Measurer,
     SimMeasurer,
 )
+from tuner.metrics import tok_s_text
 from tuner.objectives import Objective
 from tuner.preflight import adopt_host_release
 from tuner.progress import Progress
@@ -150,7 +151,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--unit-dir", metavar="DIR", help="systemd backend: where trial units are written")
     p.add_argument("--noise", type=float, default=DEFAULT_NOISE, help="simulator noise (sim backend)")
-    p.add_argument("--no-prune", action="store_true", help="measure every level of every trial")
+    p.add_argument(
+        "--no-prune",
+        action="store_true",
+        help="measure every level of every trial whole (no pruning, no level cut short)",
+    )
     p.add_argument("--no-reuse", action="store_true", help="re-measure configurations already measured")
     p.add_argument(
         "--no-start", action="store_true", help="do not measure the space's start configurations first"
@@ -453,7 +458,8 @@ def summary(
     elif best.target_runs and len(best.target_runs) < len(best.runs):
         print(f"  {len(best.target_runs)} of its launches measured the whole target workload")
     for lv in best.levels:
-        print(f"  C={lv['concurrency']:3d}: {lv['output_tok_s']:8.1f} tok/s")
+        stopped = f"  (stopped after {lv['wall_s']:.0f} s, projected)" if lv.get("stopped_early") else ""
+        print(f"  C={lv['concurrency']:3d}: {tok_s_text(lv):>8} tok/s{stopped}")
     print("  flags: " + " ".join(best.argv))
     if best.env:
         print("  env:   " + " ".join(f"{k}={v}" for k, v in best.env.items()))

@@ -2,7 +2,7 @@
 as its workload says.
 
 * ``burst``: C requests at once; the level's wall runs from the first send to the last
-  finish.
+  finish, or to the check that found it short of its bar (a watched level, :mod:`tuner.level_watch`).
 * ``closed-loop`` (and a trace replayed closed-loop): C clients each keep one request in
   flight; clients start staggered over ``ramp_s``; the level's wall is the ``duration_s``
   window after the ramp, and every token streamed inside it counts, including those of
@@ -30,6 +30,7 @@ from typing import Any
 import httpx
 import numpy as np
 
+from tuner import level_watch
 from tuner.loadgen.client import ClientSet, Timeouts, discover_model, request_body, run_request
 from tuner.loadgen.prompts import chat_prompt
 from tuner.metrics import LevelMetrics, summarize
@@ -100,11 +101,39 @@ class _LevelRun:
                 self.failing.set()
         return rec
 
-    async def burst(self) -> LevelRecords:
+    async def burst(self, bar: level_watch.LevelBar | None = None) -> LevelRecords:
         bodies = [self.body() for _ in range(self.c)]  # built before the clock starts
         started = time.perf_counter()
-        records = await asyncio.gather(*(self.one(b) for b in bodies))
-        return self._result(list(records), started, time.perf_counter())
+        if bar is None:
+            records = await asyncio.gather(*(self.one(b) for b in bodies))
+            return self._result(list(records), started, time.perf_counter())
+        recs = [RequestRecord(start=started) for _ in bodies]
+        lives: list[list[float]] = [[] for _ in bodies]
+        tasks = [
+            asyncio.create_task(self.one(b, r, live)) for b, r, live in zip(bodies, recs, lives, strict=True)
+        ]
+        every = max(level_watch.CHECK_MIN_S, bar.every_s)
+        pending = set(tasks)
+        while pending:
+            _, pending = await asyncio.wait(pending, timeout=every)
+            now = time.perf_counter()
+            if not pending or now - started < bar.judge_after_s:
+                continue
+            so_far = self._result(
+                [
+                    t.result() if t.done() else _streaming(r, live)
+                    for t, r, live in zip(tasks, recs, lives, strict=True)
+                ],
+                started,
+                now,
+            )
+            value = level_watch.falls_short(level_watch.cut(so_far, now), bar)
+            if value is not None:
+                for t in pending:
+                    t.cancel()
+                await asyncio.gather(*pending, return_exceptions=True)
+                return level_watch.stopped(so_far, now, value)
+        return self._result([t.result() for t in tasks], started, time.perf_counter())
 
     async def closed_loop(self) -> LevelRecords:
         wl, c = self.workload, self.c
@@ -171,6 +200,18 @@ class _LevelRun:
         )
 
 
+def _streaming(rec: RequestRecord, live: list[float]) -> RequestRecord:
+    """A request still in flight, as far as it has streamed (``live``: its chunk times)."""
+    times = np.array(live)
+    return RequestRecord(
+        start=rec.start,
+        first_token=float(times[0]) if len(times) else None,
+        output_tokens=len(times),
+        prompt_tokens=rec.prompt_tokens,
+        token_times=times,
+    )
+
+
 def _inside(rec: RequestRecord, start: float, end: float) -> bool:
     """Whether a closed-loop request streamed a token (or, failing, ended) inside the window."""
     times = rec.token_times
@@ -202,8 +243,12 @@ async def run_level(
     seed: int = 0,
     timeouts: Timeouts | None = None,
     fast: bool = True,
+    bar: level_watch.LevelBar | None = None,
 ) -> LevelRecords:
     """Measure one concurrency level of ``workload``; returns its records.
+
+    ``bar``: a burst level is watched while it runs and stopped once it cannot reach that
+    bar (:mod:`tuner.level_watch`); other kinds of level are not watched.
 
     With a URL, connections are opened here (one per in-flight request, see
     :class:`ClientSet`) and closed at the end; with a :class:`ClientSet` or an
@@ -215,7 +260,7 @@ async def run_level(
     if isinstance(client_or_url, str):
         async with ClientSet(client_or_url, timeouts, fast=fast) as clients:
             return await run_level(
-                clients, workload, concurrency, model_name=model_name, seed=seed, timeouts=timeouts
+                clients, workload, concurrency, model_name=model_name, seed=seed, timeouts=timeouts, bar=bar
             )
     if model_name is None:
         if isinstance(client_or_url, ClientSet):
@@ -228,7 +273,7 @@ async def run_level(
             model_name = await discover_model(client_or_url)
     level = _LevelRun(client_or_url, workload, concurrency, model_name, seed, timeouts)
     if level.plan.mode == "burst":
-        return await level.burst()
+        return await level.burst(bar)
     if level.plan.mode == "closed-loop":
         return await level.closed_loop()
     return await level.open_loop()
@@ -272,6 +317,7 @@ async def run_sweep(
     fast: bool = True,
     on_records: Callable[[LevelRecords], bool | None] | None = None,
     levels: Sequence[int] | None = None,
+    watch: level_watch.LevelWatch | None = None,
 ) -> list[LevelRecords]:
     """Warm up, then measure the workload's levels lowest first (or in the order ``levels``
     gives: a screened trial measures its proxy levels first).
@@ -279,7 +325,9 @@ async def run_sweep(
     ``on_level`` receives each level's :class:`LevelMetrics` (it may be a coroutine
     function); returning ``False`` stops the sweep (this is how a study prunes).
     ``on_records`` receives the level's raw records instead (same contract).
-    ``fast``: see :func:`run_level`.
+    ``fast``: see :func:`run_level`. ``watch`` gives each level's bar as it starts
+    (:mod:`tuner.level_watch`); a level stopped on it is reported like any other (its
+    ``projected_tok_s`` set), and the callbacks decide whether the sweep goes on.
     """
     timeouts = timeouts or Timeouts()
     out: list[LevelRecords] = []
@@ -290,8 +338,11 @@ async def run_sweep(
             clients.release(client)
         if warmup and workload.warmup_requests:
             await warm_up(clients, workload, model_name=model_name, timeouts=timeouts)
-        for c in levels or workload.levels:
-            level = await run_level(clients, workload, c, model_name=model_name, seed=seed, timeouts=timeouts)
+        for i, c in enumerate(levels or workload.levels):
+            bar = watch(i, c) if watch is not None else None
+            level = await run_level(
+                clients, workload, c, model_name=model_name, seed=seed, timeouts=timeouts, bar=bar
+            )
             out.append(level)
             if on_records is not None and on_records(level) is False:
                 break

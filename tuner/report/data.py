@@ -229,7 +229,8 @@ def mean_levels(launches: Sequence[TrialRecord]) -> list[dict[str, Any]]:
     by_c: dict[int, list[dict[str, Any]]] = defaultdict(list)
     for t in launches:
         for lv in t.levels:
-            by_c[int(lv["concurrency"])].append(lv)
+            if not lv.get("stopped_early"):  # a projection, not a measurement of the curve
+                by_c[int(lv["concurrency"])].append(lv)
     out = []
     for c in sorted(by_c):
         row: dict[str, Any] = {"concurrency": c}
