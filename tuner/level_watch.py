@@ -175,11 +175,6 @@ def checkpoints(started: float, ended: float, bar: LevelBar, every_s: float) -> 
         t += step
 
 
-def stopped(records: LevelRecords, at: float, projected: float) -> LevelRecords:
-    """The records of a level stopped at ``at`` with its projected throughput."""
-    return replace(cut(records, at), projected_tok_s=projected)
-
-
 def replay(level: LevelRecords, bar: LevelBar) -> LevelRecords:
     """A finished level as it would have been watched while it ran (the simulator computes a
     level whole): the records stopped at the first check where it fell short of the bar, or
@@ -187,7 +182,8 @@ def replay(level: LevelRecords, bar: LevelBar) -> LevelRecords:
     if level.window:
         return level
     for at in checkpoints(level.started, level.ended, bar, bar.every_s):
-        value = falls_short(cut(level, at), bar)
+        so_far = cut(level, at)
+        value = falls_short(so_far, bar)
         if value is not None:
-            return stopped(level, at, value)
+            return replace(so_far, projected_tok_s=value)
     return level

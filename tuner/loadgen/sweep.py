@@ -25,6 +25,7 @@ import asyncio
 import inspect
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
 import httpx
@@ -127,12 +128,13 @@ class _LevelRun:
                 started,
                 now,
             )
-            value = level_watch.falls_short(level_watch.cut(so_far, now), bar)
+            seen = level_watch.cut(so_far, now)
+            value = level_watch.falls_short(seen, bar)
             if value is not None:
                 for t in pending:
                     t.cancel()
                 await asyncio.gather(*pending, return_exceptions=True)
-                return level_watch.stopped(so_far, now, value)
+                return replace(seen, projected_tok_s=value)
         return self._result([t.result() for t in tasks], started, time.perf_counter())
 
     async def closed_loop(self) -> LevelRecords:
