@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import _blas  # before numpy: pins OpenBLAS's kernels
 import numpy as np
 import optuna
 
@@ -103,10 +104,10 @@ def load_best(space: str = DEFAULT_SPACE, *, suite: bool = False) -> dict[str, A
 
 
 def machine() -> str:
-    """The machine a run happened on: OS/architecture, Python, CPU cores."""
+    """The machine a run happened on: OS/architecture, Python, CPU cores, OpenBLAS kernels."""
     return (
         f"{platform.platform(terse=True)} {platform.machine()}, Python {platform.python_version()}, "
-        f"{os.cpu_count()} cores"
+        f"{os.cpu_count()} cores, OpenBLAS {_blas.coretype()} kernels"
     )
 
 
@@ -152,6 +153,33 @@ def sweep(
         return None, 0.0
     levels = [summarize(lv) for lv in simulate_sweep(model, workload, seed=seed, noise=noise)]
     return peak_tok_s(levels), sum(m.wall_s for m in levels)
+
+
+#: Normal quantile of the two-sided 95% interval of a share of seeds (:func:`share_interval`).
+Z_95 = 1.96
+
+
+def share_interval(hits: int, n: int, z: float = Z_95) -> tuple[float, float]:
+    """Wilson score interval of a share of seeds (``hits`` of ``n``).
+
+    A study's outcome is chaotic in its inputs: the same code and seeds on two machines
+    (floating-point rounding of another BLAS build) give other studies, so the share of 20
+    seeds within 2% is one draw of a binomial, and a figure without its interval reads as
+    more precise than it is (14/20 and 8/20 are both inside each other's interval).
+    """
+    if n <= 0:
+        return 0.0, 1.0
+    p = hits / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * np.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return max(0.0, float(centre - half)), min(1.0, float(centre + half))
+
+
+def share_text(share: float, n: int) -> str:
+    """``share`` of ``n`` seeds with its 95% interval: ``40% (8/20; 95% interval 22-61%)``."""
+    hits = round(share * n)
+    lo, hi = share_interval(hits, n)
+    return f"{share:.0%} ({hits}/{n}; 95% interval {lo:.0%}-{hi:.0%})"
 
 
 def spearman(a: list[float], b: list[float]) -> float:

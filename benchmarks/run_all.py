@@ -72,7 +72,10 @@ def markdown(
         f"one standard error) is scored by its noise-free "
         f"value against the best of the space, "
         f"{eff['best']:.0f} tok/s (`benchmarks/space_best.py`). Server time = simulated start-ups "
-        f"({SIM_STARTUP_S:.0f} s each) + measured levels. JSON: `benchmarks/results/`."
+        f"({SIM_STARTUP_S:.0f} s each) + measured levels. JSON: `benchmarks/results/`. A study "
+        "is chaotic in its inputs: the same code and seeds on another machine (another BLAS "
+        "build's rounding) run other studies, so a share of seeds is one binomial draw and the "
+        "targets give its 95% interval."
     )
     strategies = [
         "- tuner default: `Search` as `tuner search` builds it (the space's start points, the "

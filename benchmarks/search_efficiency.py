@@ -41,7 +41,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from _common import load_best, result_name, write_result
+from _common import load_best, result_name, share_text, write_result
 from _tables import format_table, format_targets
 
 from studies import GRID, HANDPICKED, Job, StudyResult, median_or_none, run_jobs
@@ -133,7 +133,7 @@ def targets(rows: dict[str, Any]) -> list[dict[str, Any]]:
         {
             "target": f"tuner default within 2% of the best in >= {TARGET_WITHIN_2:.0%} of seeds",
             "met": within >= TARGET_WITHIN_2,
-            "figures": f"{within:.0%} ({round(within * tuner['seeds'])}/{tuner['seeds']} seeds)",
+            "figures": share_text(within, tuner["seeds"]),
         }
     ]
     if "all-off" in rows:

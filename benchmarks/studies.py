@@ -61,6 +61,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+import _blas  # noqa: F401  (before numpy: pins OpenBLAS's kernels)
 import numpy as np
 import optuna
 from _common import space_named, space_objective

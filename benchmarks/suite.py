@@ -50,7 +50,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from _common import RESULTS, load_best, machine, space_named, write_result
+from _common import RESULTS, load_best, machine, share_text, space_named, write_result
 from _tables import format_table, format_targets, markdown_table
 
 from studies import Job, StudyResult, applies, median_or_none, run_jobs
@@ -282,7 +282,10 @@ def targets(per_space: dict[str, dict[str, Any]], budget: int) -> list[dict[str,
                 "target": f"judged: tuner within 2% in >= {TARGET_JUDGED_WITHIN_2:.0%} of seeds on every "
                 "judged space",
                 "met": not low,
-                "figures": ", ".join(f"{s} {rows[s]['tuner']['within_2']:.0%}" for s in judged),
+                "figures": ", ".join(
+                    f"{s} {share_text(rows[s]['tuner']['within_2'], rows[s]['tuner']['seeds'])}"
+                    for s in judged
+                ),
             }
         )
     behind = [
@@ -323,7 +326,7 @@ def targets(per_space: dict[str, dict[str, Any]], budget: int) -> list[dict[str,
             {
                 "target": f"reference space: tuner within 2% in >= {TARGET_REFERENCE_WITHIN_2:.0%} of seeds",
                 "met": w >= TARGET_REFERENCE_WITHIN_2,
-                "figures": f"{w:.0%}",
+                "figures": share_text(w, rows[REFERENCE]["tuner"]["seeds"]),
             }
         )
     floors = [s for s in rows if per_space[s]["floor"] and not per_space[s]["start_points"]]

@@ -247,7 +247,7 @@ def test_closed_loop_load_generator_counts_cut_requests_like_the_simulator():
         max_tokens=512,
         prompt_tokens=256,
         ignore_eos=True,
-        duration_s=40.0,
+        duration_s=15.0,
         ramp_s=2.0,
         warmup_requests=0,
     )

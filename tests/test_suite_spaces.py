@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import suite  # noqa: E402
-from _common import SUITE_SPACES, best_path, launchable, space_named  # noqa: E402
+from _common import SUITE_SPACES, best_path, launchable, share_interval, share_text, space_named  # noqa: E402
 
 from tuner.space import load_space, resolve_space  # noqa: E402
 
@@ -111,3 +111,26 @@ def test_a_study_is_scored_when_its_budget_is_used_up_not_after_as_many_proposal
     # Results stored without verdicts count every trial.
     old = StudyResult(Job("random", 0, 3), rec_value=[10.0, 50.0, 90.0, 90.0], server_s=[0.0] * 4)
     assert old.final(2) == 50.0
+
+
+def test_a_share_of_seeds_is_reported_with_its_binomial_interval() -> None:
+    """20 seeds cannot tell 40% from 70% (the same studies on two machines' BLAS kernels gave
+    both): the suite's and search_efficiency's targets print the Wilson 95% interval."""
+    lo, hi = share_interval(8, 20)
+    assert (round(lo, 3), round(hi, 3)) == (0.219, 0.613)  # Wilson score interval, z = 1.96
+    assert share_interval(20, 20)[1] == 1.0 and share_interval(0, 20)[0] == 0.0
+    assert share_text(0.7, 20) == "70% (14/20; 95% interval 48%-85%)"
+    rows = {
+        "kimi-k2.6-8x-rtx-pro-6000": {
+            "tuner": {
+                "within_2": 0.4,
+                "seeds": 20,
+                "median_trials_to_2": None,
+                "rejected_share": 0.0,
+                "sampler_ms": 20.0,
+            }
+        }
+    }
+    per_space = {k: {"rows": v, "floor": None, "start_points": True} for k, v in rows.items()}
+    reference = [t for t in suite.targets(per_space, 40) if t["target"].startswith("reference space")]
+    assert reference and reference[0]["figures"] == "40% (8/20; 95% interval 22%-61%)"
