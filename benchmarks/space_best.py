@@ -1,12 +1,15 @@
 """The best configuration of a space under its target workload, noise off.
 
     python benchmarks/space_best.py [--space NAME-OR-PATH] [--trials 600] [--suite]
+        [--start '{"layout": "tp4pp2", ...}' ...]
 
 The space has millions of configurations, too many to enumerate at ~40 ms each, so
 "the best" is established by a far larger search than a study: a noise-free TPE run of
 ``--trials`` trials, then coordinate ascent (every value of every parameter, one at a
-time, until no single change improves) from its five best configurations and from the
-space's start points. A configuration is scored noise-free under the space's whole
+time, until no single change improves) from its five best configurations, from the
+space's start points, from the best stored by an earlier run (a re-run never ends below
+it) and from each ``--start`` configuration (one a study found above the stored best: the
+suite says when one does). A configuration is scored noise-free under the space's whole
 objective (:func:`_common.objective_value`: goodput limits, the single-stream floor).
 
 The result is written to ``benchmarks/results/space_best.json`` (the reference space) or
@@ -70,6 +73,25 @@ def coordinate_ascent(space: Space, start: dict[str, Any], cache: dict[str, floa
     return best_v, best
 
 
+def _configuration(space: Space, text: str) -> dict[str, Any]:
+    """A ``--start`` configuration: a JSON object of the space's parameters (the ones left
+    out take their first value), which the space's rules must accept."""
+    try:
+        params = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise SystemExit(f"--start: not JSON: {exc}") from exc
+    if not isinstance(params, dict):
+        raise SystemExit("--start: a JSON object of parameter values is expected")
+    unknown = sorted(set(params) - set(space.distributions()))
+    if unknown:
+        raise SystemExit(f"--start: {space.name} has no parameter {', '.join(unknown)}")
+    config = space.complete(params)
+    refused = space.check(config)
+    if refused:
+        raise SystemExit(f"--start: the rules reject it: {'; '.join(refused)}")
+    return config
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--trials", type=int, default=600)
@@ -77,9 +99,19 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument(
         "--suite", action="store_true", help="store under results/suite_best/ (suite spaces always are)"
     )
+    ap.add_argument(
+        "--start",
+        action="append",
+        default=[],
+        metavar="JSON",
+        help="a configuration (JSON object of parameter values) to ascend from as well; repeatable",
+    )
     args = ap.parse_args(argv)
     space = space_named(args.space) if args.space else space_named()
     result = best_path(space.name, suite=args.suite)
+    extra = [_configuration(space, text) for text in args.start]
+    if result.exists():
+        extra.append(space.complete(json.loads(result.read_text())["params"]))
     cache: dict[str, float] = {}
     study = optuna.create_study(
         direction="maximize", sampler=optuna.samplers.TPESampler(seed=0, multivariate=True, group=True)
@@ -89,7 +121,7 @@ def main(argv: list[str] | None = None) -> None:
         params = space.suggest(trial)
         study.tell(trial, true_value(space, params, cache))
     top = sorted(study.get_trials(), key=lambda t: t.value or 0.0, reverse=True)[:5]
-    starts = [space.complete(t.params) for t in top] + space.start_points()
+    starts = [space.complete(t.params) for t in top] + space.start_points() + extra
     results = [coordinate_ascent(space, s, cache) for s in starts]
     best_v, best = max(results, key=lambda r: r[0])
     spec = space.render(best)

@@ -369,8 +369,12 @@ def _tuner(job: Job, tmp: str) -> Search:
     return _search(job, tmp, extra_start=json.loads(job.extra_start))
 
 
-def _worst_constraint(study: optuna.Study, trials: list[Any]) -> tuple[np.ndarray, np.ndarray]:
-    """One constraint per trial: its worst (largest) constraint value, 0 (met) when it has none."""
+def _worst_constraint(*args: Any) -> tuple[np.ndarray, np.ndarray]:
+    """One constraint per trial: its worst (largest) constraint value, 0 (met) when it has none.
+
+    The trials are the reader's last argument: Optuna 5.0 passes ``(study, trials)``, 5.1
+    ``(trials)``."""
+    trials = args[-1]
     vals = np.array([[max(t.constraints.values(), default=0.0)] for t in trials], dtype=float)
     vals = vals.reshape(len(trials), 1)
     return vals, vals[:, 0] <= 0

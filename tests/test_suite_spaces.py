@@ -134,3 +134,65 @@ def test_a_share_of_seeds_is_reported_with_its_binomial_interval() -> None:
     per_space = {k: {"rows": v, "floor": None, "start_points": True} for k, v in rows.items()}
     reference = [t for t in suite.targets(per_space, 40) if t["target"].startswith("reference space")]
     assert reference and reference[0]["figures"] == "40% (8/20; 95% interval 22%-61%)"
+
+
+def test_a_launch_above_the_stored_best_is_reported_as_a_stale_best() -> None:
+    """A share above 100% means the stored best is not the space's best, and every share of
+    that space is measured against too low a bar: the suite says so and how to fix it."""
+    from studies import Job, StudyResult
+
+    def study(seed: int, top: float) -> StudyResult:
+        return StudyResult(
+            Job("tuner", seed, 2, space="s"),
+            rec_value=[top, top],
+            server_s=[0.0, 0.0],
+            trial_value=[top * 0.9, top],
+            verdict=[True, True],
+        )
+
+    entry = {"best": 100.0, "rows": {"tuner": suite.score([study(0, 99.0), study(1, 100.0)], 100.0, 2)}}
+    assert suite._best_note("s", entry) == []
+    entry["rows"]["random"] = suite.score([study(3, 103.0), study(4, 101.0)], 100.0, 2)
+    (note,) = suite._best_note("s", entry)
+    assert "random seed 3" in note and "103.0%" in note and "space_best.py --space s --start" in note
+
+
+def test_space_best_start_configurations_are_checked_before_any_search() -> None:
+    """``space_best.py --start`` takes a configuration a study found: a typo or one the rules
+    reject stops it at once, naming what is wrong."""
+    import space_best
+
+    space = space_named("kimi-k2.6-8x-rtx-pro-6000-floor")
+    config = space_best._configuration(space, '{"layout": "tp4pp2", "mem_fraction_static": 0.9}')
+    assert config["layout"] == "tp4pp2" and config == space.complete(config)
+    for text, said in [
+        ("{layout: tp8}", "not JSON"),
+        ("[1, 2]", "a JSON object"),
+        ('{"layuot": "tp8"}', "no parameter layuot"),
+        ('{"nccl_min_nchannels": 16, "nccl_max_nchannels": 8}', "the rules reject it"),
+    ]:
+        with pytest.raises(SystemExit, match=said):
+            space_best._configuration(space, text)
+
+
+def test_the_gp_peer_reads_one_worst_constraint_per_trial_under_either_optuna_signature() -> None:
+    """The GP peer's constraint reader replaces Optuna's, whose arguments changed between
+    5.0 ``(study, trials)`` and 5.1 ``(trials)``: both must give one column, the worst."""
+    import optuna
+    from optuna.distributions import FloatDistribution
+
+    from studies import _worst_constraint
+
+    def trial(constraints: dict[str, float]) -> optuna.trial.FrozenTrial:
+        return optuna.trial.create_trial(
+            params={"x": 0.5},
+            distributions={"x": FloatDistribution(0, 1)},
+            value=1.0,
+            system_attrs={"constraints": list(constraints.values())},
+        )
+
+    trials = [trial({"a": -1.0, "b": 2.0}), trial({})]
+    for args in ((trials,), (None, trials)):
+        vals, feasible = _worst_constraint(*args)
+        assert vals.shape == (2, 1)
+        assert list(vals[:, 0]) == [2.0, 0.0] and list(feasible) == [False, True]
