@@ -489,16 +489,11 @@ BEST_BEATEN = 0.0005
 def _best_note(name: str, entry: dict[str, Any]) -> list[str]:
     """A line when a study launched a configuration above the space's stored best: every
     share of the space is then measured against too low a bar."""
-    beaten = [
-        (value, label, seed)
-        for label, r in entry["rows"].items()
-        if "top_launch" in r
-        for value, seed in [r["top_launch"]]
-        if value > entry["best"] * (1 + BEST_BEATEN)
-    ]
+    bar = entry["best"] * (1 + BEST_BEATEN)
+    beaten = [(*r["top_launch"], label) for label, r in entry["rows"].items() if r["top_launch"][0] > bar]
     if not beaten:
         return []
-    value, label, seed = max(beaten)
+    value, seed, label = max(beaten)
     return [
         f"  NOTE: {label} seed {seed} launched a configuration worth {value:.1f} tok/s noise-free, "
         f"{value / entry['best']:.1%} of the stored best: re-establish it with "
