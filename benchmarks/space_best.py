@@ -33,7 +33,7 @@ from _common import best_path, objective_value, space_named, space_objective
 from tuner.failures import LaunchFailure
 from tuner.sim.model import PerfModel
 from tuner.sim.serving import simulate_sweep
-from tuner.space import Space
+from tuner.space import Space, SpaceError
 
 #: Seed of the noise-free ground truth (reply lengths are drawn from it).
 TRUTH_SEED = 0
@@ -75,7 +75,8 @@ def coordinate_ascent(space: Space, start: dict[str, Any], cache: dict[str, floa
 
 def _configuration(space: Space, text: str) -> dict[str, Any]:
     """A ``--start`` configuration: a JSON object of the space's parameters (the ones left
-    out take their first value), which the space's rules must accept."""
+    out take their first value), each value inside its domain, which the space's rules
+    must accept."""
     try:
         params = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -86,6 +87,10 @@ def _configuration(space: Space, text: str) -> dict[str, Any]:
     if unknown:
         raise SystemExit(f"--start: {space.name} has no parameter {', '.join(unknown)}")
     config = space.complete(params)
+    try:
+        space.effective(config)  # the loader's own check of values against their domains
+    except SpaceError as exc:
+        raise SystemExit(f"--start: {'; '.join(f'{f}: {m}' if f else m for f, m in exc.problems)}") from None
     refused = space.check(config)
     if refused:
         raise SystemExit(f"--start: the rules reject it: {'; '.join(refused)}")

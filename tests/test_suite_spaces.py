@@ -169,6 +169,7 @@ def test_space_best_start_configurations_are_checked_before_any_search() -> None
         ("{layout: tp8}", "not JSON"),
         ("[1, 2]", "a JSON object"),
         ('{"layuot": "tp8"}', "no parameter layuot"),
+        ('{"layout": "tp3"}', "layout"),
         ('{"nccl_min_nchannels": 16, "nccl_max_nchannels": 8}', "the rules reject it"),
     ]:
         with pytest.raises(SystemExit, match=said):
