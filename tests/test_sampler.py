@@ -63,6 +63,7 @@ def test_rule_rejected_proposals_use_no_budget_and_a_feasible_configuration_is_f
     assert len(refused) <= 0.1 * len(trials), [t.user_attrs.get("reason") for t in refused]
     best = estimates.best(trials)
     assert best is not None, "no feasible configuration although TP8 meets the floor"
+    assert best.floor_odds >= estimates.FLOOR_CONFIDENCE, "the unit handed out is a coin flip on the floor"
     runs = [t for t in trials if t.number in best.numbers]
     singles = [json_single(t) for t in runs]
     assert sum(singles) / len(singles) >= FLOOR

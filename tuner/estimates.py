@@ -55,6 +55,14 @@ NOISE_PRIOR_WEIGHT = 2.0
 #: Standard errors subtracted from a configuration's mean to rank it: one keeps a lucky
 #: single run from outranking a configuration confirmed by a second launch.
 CONFIDENCE_Z = 1.0
+#: Standard errors of its launches by which a configuration's single-stream mean must clear
+#: the objective's floor (``min_single_stream``) to be recommended over one that clears it
+#: by less: two, what one launch cannot tell apart. A floor is a requirement of the
+#: deployment; a configuration 0.2% under it on the host measures above it in one launch of
+#: two, and a study's leader is the one whose launches were lucky (the winner's curse).
+FLOOR_SE = 2.0
+#: :data:`FLOOR_SE` as a probability (:func:`floor_odds`): 97.7%.
+FLOOR_CONFIDENCE = 0.5 * (1.0 + math.erf(FLOOR_SE / math.sqrt(2.0)))
 #: Standard deviations (of log(objective): the prediction's and one launch's noise) by which
 #: a launch must miss what the study expects of it to be flagged as an outlier, and by
 #: which a re-measurement must disagree with it to drop it. The three-sigma limit of
@@ -226,12 +234,20 @@ class Evidence:
         return leader(self.estimates, self.noise) if self.estimates else None
 
     def recommended(self) -> Estimate | None:
-        """The configuration to recommend: the best of those measured on the target workload,
-        or the best of all while none is; one with an outlier awaiting its re-measurement
-        only where every configuration has one."""
+        """The configuration to recommend: of those that meet the objective's floor with
+        confidence (:data:`FLOOR_CONFIDENCE`; all while none does), the best measured on the
+        target workload, or the best of them while none is; one with an outlier awaiting its
+        re-measurement only where every configuration has one. The single-stream level is
+        part of the proxy, so a proxy launch measures the floor as a target launch does.
+
+        The walk (:meth:`leader`) still starts from a configuration at the edge of the
+        floor, where the fastest configurations often sit; the unit handed out must meet
+        the floor on the host, not on average over lucky launches."""
         sure = [e for e in self.estimates if not e.pending] or self.estimates
-        confirmed = [e for e in sure if e.confirmed]
-        return leader(confirmed or sure, self.noise) if sure else None
+        meets = [e for e in sure if e.floor_odds >= FLOOR_CONFIDENCE]
+        pool = meets or sure
+        confirmed = [e for e in pool if e.confirmed]
+        return leader(confirmed or pool, self.noise) if pool else None
 
 
 def evidence(trials: Iterable[FrozenTrial]) -> Evidence:

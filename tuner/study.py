@@ -390,7 +390,9 @@ class Search:
         where the proxy is part of the target (its value counts on the target's scale,
         :func:`tuner.estimates.target_factor`). A study with no configuration that
         meets the objective's constraints measures again the one that came within noise of
-        them (:func:`tuner.estimates.near_floor`).
+        them (:func:`tuner.estimates.near_floor`); one whose fastest configuration meets the
+        floor on average but not with the confidence a recommendation needs measures that
+        one again (up to :data:`NEAR_FLOOR_RUNS` launches).
 
         Before all of that, anywhere in the budget: a launch flagged as an outlier is
         measured again (:meth:`_queue_outlier_check`).
@@ -411,6 +413,15 @@ class Search:
             self.study.enqueue_trial(dict(top.trial.params), user_attrs=queued_repeat(top.trial.number))
             return
         leader = ev.recommended()
+        unsure = top.floor_odds < estimates.FLOOR_CONFIDENCE
+        if leader is not None and top is not leader and unsure and top.runs < NEAR_FLOOR_RUNS:
+            # The fastest configuration meets the floor on average but not by the margin a
+            # recommendation needs (estimates.FLOOR_CONFIDENCE): another launch settles it.
+            self.study.enqueue_trial(dict(top.trial.params), user_attrs=queued_repeat(top.trial.number))
+            return
+        if self.screens and leader is not None and not leader.confirmed:
+            self.study.enqueue_trial(dict(leader.trial.params), user_attrs=queued_repeat(leader.trial.number))
+            return
         if leader is None or ev.model is None or len(ev.estimates) < 2:
             return
         ests, sigma = ev.estimates, ev.noise

@@ -16,7 +16,7 @@ from typing import Any
 import optuna
 
 from tuner import estimates
-from tuner.estimates import CONFIDENCE_Z
+from tuner.estimates import CONFIDENCE_Z, FLOOR_CONFIDENCE, FLOOR_SE
 from tuner.trial_record import TrialRecord
 
 
@@ -37,6 +37,9 @@ class Verdict:
     #: Launches above the winner flagged as outliers and not re-measured yet: (trial,
     #: value). They cannot win until their re-measurement agrees with them.
     pending: tuple[tuple[int, float], ...] = ()
+    #: Probability that the winner meets the objective's single-stream floor on the host
+    #: (:func:`tuner.estimates.floor_odds`); None for an objective without a floor.
+    floor_odds: float | None = None
 
     @property
     def launches(self) -> int:
@@ -96,6 +99,8 @@ class Verdict:
                 f"trial #{number}: {value:.0f} {unit}, an outlier against the study's noise model: "
                 "re-measuring (the study's next trial) before it can be recommended"
             )
+        if self.floor_odds is not None:
+            out.append(self.floor_line())
         lat = self.latency()
         if lat:
             parts = [f"at C={lat['concurrency']}:"]
@@ -107,6 +112,19 @@ class Verdict:
                 parts.append(f"TTFT p99 {lat['ttft_s_p99']:.2f} s")
             out.append(" ".join(parts[:1]) + " " + ", ".join(parts[1:]))
         return out
+
+    def floor_line(self) -> str:
+        """How sure the study is that the winner meets the single-stream floor."""
+        odds = self.floor_odds if self.floor_odds is not None else 1.0
+        said = f"single-stream floor: met with {odds * 100:.1f}% confidence over {self.launches} " + (
+            "launch" if self.launches == 1 else "launches"
+        )
+        if odds >= FLOOR_CONFIDENCE:
+            return said
+        return (
+            f"{said}: no configuration clears it by {FLOOR_SE:g} standard errors; measure this one "
+            "again (a larger --budget) or lower the floor before relying on it"
+        )
 
     def as_dict(self) -> dict[str, Any]:
         """The same facts for ``--format json``."""
@@ -127,6 +145,7 @@ class Verdict:
             },
             "at_winning_level": self.latency(),
             "outliers_re_measuring": [{"trial": n, "value": v} for n, v in self.pending],
+            "floor_odds": self.floor_odds,
         }
 
 
@@ -156,4 +175,10 @@ def verdict(study: optuna.Study) -> Verdict | None:
             for n, v in zip(e.numbers, e.values, strict=True)
             if n in e.pending and v > lead.value
         ),
+        floor_odds=lead.floor_odds if _has_floor(trials) else None,
     )
+
+
+def _has_floor(trials: list[optuna.trial.FrozenTrial]) -> bool:
+    """Whether the study's objective has a single-stream floor (its launches carry it)."""
+    return any("min_single_stream" in t.constraints for t in trials)
