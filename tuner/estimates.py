@@ -61,8 +61,6 @@ CONFIDENCE_Z = 1.0
 #: deployment; a configuration 0.2% under it on the host measures above it in one launch of
 #: two, and a study's leader is the one whose launches were lucky (the winner's curse).
 FLOOR_SE = 2.0
-#: :data:`FLOOR_SE` as a probability (:func:`floor_odds`): 97.7%.
-FLOOR_CONFIDENCE = 0.5 * (1.0 + math.erf(FLOOR_SE / math.sqrt(2.0)))
 #: Standard deviations (of log(objective): the prediction's and one launch's noise) by which
 #: a launch must miss what the study expects of it to be flagged as an outlier, and by
 #: which a re-measurement must disagree with it to drop it. The three-sigma limit of
@@ -186,6 +184,10 @@ def floor_odds(launches: Sequence[FrozenTrial], noise: float) -> float:
 def normal_cdf(z: float) -> float:
     """P(Z <= z) for a standard normal Z."""
     return 0.5 * (1.0 + math.erf(z / math.sqrt(2.0)))
+
+
+#: :data:`FLOOR_SE` as a probability (:func:`floor_odds`): 97.7%.
+FLOOR_CONFIDENCE = normal_cdf(FLOOR_SE)
 
 
 def near_floor(
