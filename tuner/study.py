@@ -407,20 +407,20 @@ class Search:
         if top is None:
             near = estimates.near_floor(trials, ev.noise, NEAR_FLOOR_SD, NEAR_FLOOR_RUNS)
             if near is not None:
-                self.study.enqueue_trial(dict(near.params), user_attrs=queued_repeat(near.number))
+                self._measure_again(near)
             return
         if self.screens and not top.confirmed:
-            self.study.enqueue_trial(dict(top.trial.params), user_attrs=queued_repeat(top.trial.number))
+            self._measure_again(top.trial)
             return
         leader = ev.recommended()
         unsure = top.floor_odds < estimates.FLOOR_CONFIDENCE
         if leader is not None and top is not leader and unsure and top.runs < NEAR_FLOOR_RUNS:
             # The fastest configuration meets the floor on average but not by the margin a
             # recommendation needs (estimates.FLOOR_CONFIDENCE): another launch settles it.
-            self.study.enqueue_trial(dict(top.trial.params), user_attrs=queued_repeat(top.trial.number))
+            self._measure_again(top.trial)
             return
         if self.screens and leader is not None and not leader.confirmed:
-            self.study.enqueue_trial(dict(leader.trial.params), user_attrs=queued_repeat(leader.trial.number))
+            self._measure_again(leader.trial)
             return
         if leader is None or ev.model is None or len(ev.estimates) < 2:
             return
@@ -472,6 +472,10 @@ class Search:
             f"~{found['expected']:.0f} ({found['z']:+.1f} standard deviations): an outlier, measured "
             "again before it counts"
         )
+
+    def _measure_again(self, trial: FrozenTrial) -> None:
+        """Queue another launch of ``trial``'s configuration (the next trial)."""
+        self.study.enqueue_trial(dict(trial.params), user_attrs=queued_repeat(trial.number))
 
     def _queue_outlier_check(self, trials: Sequence[FrozenTrial]) -> bool:
         """Queue a re-measurement of each flagged launch still awaiting one (none queued or

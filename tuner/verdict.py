@@ -46,6 +46,11 @@ class Verdict:
         return len(self.winner.runs)
 
     @property
+    def launches_text(self) -> str:
+        """ "1 launch", "3 launches"."""
+        return f"{self.launches} launch" + ("es" if self.launches != 1 else "")
+
+    @property
     def gap(self) -> float | None:
         """How far the runner-up's estimate is below the winner's, as a fraction."""
         if self.runner_up_estimate is None or not self.estimate:
@@ -76,11 +81,10 @@ class Verdict:
         """The verdict in a few lines of plain text."""
         w = self.winner
         runs = ", ".join(f"#{n}" for n in w.runs)
-        launches = f"{self.launches} launch" + ("es" if self.launches != 1 else "")
         out = [
             f"estimate {self.estimate:.0f} {unit} (interval {self.low:.0f}..{self.high:.0f}, "
             f"+-{CONFIDENCE_Z:g} standard error at {self.noise * 100:.1f}% run-to-run noise); "
-            f"rests on {launches} ({runs})"
+            f"rests on {self.launches_text} ({runs})"
         ]
         if self.runner_up is not None and self.gap is not None:
             verdict = (
@@ -99,8 +103,8 @@ class Verdict:
                 f"trial #{number}: {value:.0f} {unit}, an outlier against the study's noise model: "
                 "re-measuring (the study's next trial) before it can be recommended"
             )
-        if self.floor_odds is not None:
-            out.append(self.floor_line())
+        if (floor := self.floor_line()) is not None:
+            out.append(floor)
         lat = self.latency()
         if lat:
             parts = [f"at C={lat['concurrency']}:"]
@@ -113,13 +117,14 @@ class Verdict:
             out.append(" ".join(parts[:1]) + " " + ", ".join(parts[1:]))
         return out
 
-    def floor_line(self) -> str:
-        """How sure the study is that the winner meets the single-stream floor."""
-        odds = self.floor_odds if self.floor_odds is not None else 1.0
-        said = f"single-stream floor: met with {odds * 100:.1f}% confidence over {self.launches} " + (
-            "launch" if self.launches == 1 else "launches"
-        )
-        if odds >= FLOOR_CONFIDENCE:
+    def floor_line(self) -> str | None:
+        """How sure the study is that the winner meets the single-stream floor (None
+        without a floor)."""
+        if self.floor_odds is None:
+            return None
+        odds = self.floor_odds * 100
+        said = f"single-stream floor: met with {odds:.1f}% confidence over {self.launches_text}"
+        if self.floor_odds >= FLOOR_CONFIDENCE:
             return said
         return (
             f"{said}: no configuration clears it by {FLOOR_SE:g} standard errors; measure this one "
