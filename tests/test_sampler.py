@@ -7,12 +7,12 @@ from pathlib import Path
 
 import optuna
 import pytest
-from optuna.distributions import FloatDistribution
+from optuna.distributions import CategoricalDistribution, FloatDistribution
 
 from tests.test_study import make_search
-from tuner import budget, estimates, start_points, trial_record
+from tuner import budget, effects, estimates, start_points, trial_record
 from tuner.objectives import Objective
-from tuner.sampler import IncumbentLocalSampler
+from tuner.sampler import IncumbentLocalSampler, Move, _launch_odds, _spread
 from tuner.sim.serving import DEFAULT_NOISE
 from tuner.space import DEFAULT_SPACE, Space, load_space, resolve_space
 
@@ -80,6 +80,44 @@ def test_stepped_moves_reach_the_end_of_the_range():
     dist = FloatDistribution(0.80, 0.94, step=0.01)
     assert 0.94 in sampler._candidates(dist, 0.92)
     assert 0.93 in sampler._candidates(dist, 0.92) and 0.96 not in sampler._candidates(dist, 0.92)
+
+
+def test_a_memory_fraction_that_ran_out_of_memory_is_not_expected_to_fit_from_a_neighbour():
+    # 0.95 ran out of memory from a configuration one knob away from the incumbent (another
+    # NCCL protocol). Launches at 0.88-0.93 say nothing about 0.95, and 0.96 is further the
+    # same way: both moves are expected to fail; a move short of the failure is not.
+    dists = {
+        "mem": FloatDistribution(0.80, 0.96, step=0.01),
+        "proto": CategoricalDistribution(["LL", "Simple"]),
+    }
+    best = optuna.trial.create_trial(params={"mem": 0.93, "proto": "Simple"}, distributions=dists, value=1.0)
+    launched = [({"mem": m, "proto": p}, False) for m in (0.88, 0.90, 0.93) for p in ("LL", "Simple")]
+    launched.append(({"mem": 0.95, "proto": "LL"}, True))
+
+    def odds(value: float) -> float:
+        return _launch_odds(best, Move("mem", value, 0.0, 0.1), launched)
+
+    assert odds(0.95) < 0.5 and odds(0.96) < 0.5
+    assert odds(0.94) > 0.85  # short of the failure: nothing says it fails
+    assert odds(0.90) > 0.95  # launched twice
+
+
+def test_a_knob_measured_only_far_from_the_incumbent_is_uncertain_not_flat():
+    # "m" was launched at four values, each in a configuration far from the incumbent (its
+    # launches weigh 1/256); "a" at four values, many times, near it, all measured alike.
+    # A walk must still expect "m" to matter: its effects are shrunk towards 0 because they
+    # are unknown here, which is no evidence that the knob is flat.
+    obs, weights = [], []
+    for i in range(8):
+        for a in (0, 1, 2, 3):
+            obs.append(effects.Observation({"a": a, "m": 0}, f"a{a}-{i}", 100.0 * (1 + 0.01 * (i % 3 - 1))))
+            weights.append(1.0)
+    for m, value in ((1, 90.0), (2, 100.0), (3, 110.0), (4, 95.0)):
+        obs.append(effects.Observation({"a": 0, "m": m}, f"m{m}", value))
+        weights.append(1 / 256)
+    model = effects.fit(obs, estimates.NOISE_PRIOR, weights)
+    assert _spread(model, "m") > 0.5 * effects.EFFECT_PRIOR
+    assert _spread(model, "a") < 0.5 * _spread(model, "m")
 
 
 def floor_study(seed: int, walk_to_floor: bool) -> optuna.Study:

@@ -80,6 +80,22 @@ class Effects:
         """Posterior mean of a measured value's effect on log(objective)."""
         return float(self._mean[self._columns[(name, repr(value))]])
 
+    def spread_sum_of_squares(self, name: str) -> tuple[float, int]:
+        """Posterior expectation of the sum of squared deviations of a parameter's measured
+        effects from their mean, and how many values it sums over. The expectation adds the
+        effects' posterior covariance to the spread of their means: a knob measured only in
+        distant configurations has its means shrunk towards 0, which says "not known", not
+        "flat"."""
+        cols = [self._columns[key] for key in self._values if key[0] == name]
+        n = len(cols)
+        if n == 0:
+            return 0.0, 0
+        means = self._mean[cols]
+        centred = np.eye(n) - 1.0 / n
+        cov = self._cov[np.ix_(cols, cols)]
+        ss = float(np.sum((means - means.mean()) ** 2)) + float(np.trace(centred @ cov @ centred))
+        return ss, n
+
     def gain(self, name: str, current: Any, other: Any) -> tuple[float, float]:
         """Posterior mean and standard deviation of the change in log(objective) when
         parameter ``name`` goes from ``current`` to ``other`` (a measured value)."""
