@@ -28,6 +28,7 @@ from tuner.report import (
     pareto_front,
     render_markdown,
 )
+from tuner.space import DEFAULT_SPACE
 from tuner.storage import load_study
 
 #: Offline: every connection goes to a dead proxy and no name resolves.
@@ -71,14 +72,22 @@ def figure_sections(dom: str) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def _study(tmp_path_factory):
-    """One simulated study for the module's tests (they only read it): seed 8, whose 14
-    trials include a failed launch and pruned ones with CUDA graphs off or EPLB on, so that
-    the failure and importance tables have rows (which seeds do is the sampler's
-    trajectory)."""
+    """One simulated study of the reference space for the module's tests (they only read
+    it), 14 trials from start points that include EPLB on and a request cap whose CUDA
+    graphs run out of memory, so that the failure and importance tables have rows whatever
+    the sampler's trajectory; seed 8's walk also prunes EPLB and CUDA graphs off."""
     where = tmp_path_factory.mktemp("study")
+    (where / "reference.yaml").write_text(
+        f"extends: {DEFAULT_SPACE}\n"
+        "start:\n"
+        "  - {layout: tp8, ep_size: 1, max_running_requests: 256, mem_fraction_static: 0.88}\n"
+        "  - {layout: tp8, ep_size: 8, enable_eplb: false, max_running_requests: 256, mem_fraction_static: 0.88}\n"
+        "  - {layout: tp8, ep_size: 8, enable_eplb: true, max_running_requests: 256, mem_fraction_static: 0.88}\n"
+        "  - {layout: tp8, ep_size: 8, enable_eplb: false, max_running_requests: 512, mem_fraction_static: 0.94}\n"
+    )
     with pytest.MonkeyPatch.context() as mp:
         mp.chdir(where)
-        assert main(["search", "--budget", "14", "--seed", "8", "--quiet"]) == 0
+        assert main(["search", "--space", "reference.yaml", "--budget", "14", "--seed", "8", "--quiet"]) == 0
     return where
 
 

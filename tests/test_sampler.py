@@ -12,7 +12,7 @@ from optuna.distributions import CategoricalDistribution, FloatDistribution
 from tests.test_study import make_search
 from tuner import budget, effects, estimates, start_points, trial_record
 from tuner.objectives import Objective
-from tuner.sampler import IncumbentLocalSampler, Move, _launch_odds, _spread
+from tuner.sampler import HOPELESS_PRUNES, IncumbentLocalSampler, Move, _launch_odds, _spread, local_model
 from tuner.sim.serving import DEFAULT_NOISE
 from tuner.space import DEFAULT_SPACE, Space, load_space, resolve_space
 
@@ -118,6 +118,66 @@ def test_a_knob_measured_only_far_from_the_incumbent_is_uncertain_not_flat():
     model = effects.fit(obs, estimates.NOISE_PRIOR, weights)
     assert _spread(model, "m") > 0.5 * effects.EFFECT_PRIOR
     assert _spread(model, "a") < 0.5 * _spread(model, "m")
+
+
+def test_a_move_that_switches_a_parameter_off_takes_its_effect_along():
+    # EPLB exists only with expert parallelism (ep 4); with it on, a launch loses 70%. The
+    # incumbent is EP4 without EPLB (100 tok/s); EP1 measured 90. In an additive model the
+    # good "EPLB off" shares EP4's credit, so EP1's own effect alone looks better than EP4's:
+    # the move to EP1 must be expected to lose what it measured, not to gain.
+    dists = {
+        "ep": CategoricalDistribution([1, 4]),
+        "eplb": CategoricalDistribution([False, True]),
+        "proto": CategoricalDistribution(["LL", "Simple"]),
+    }
+
+    def applies(params: dict) -> dict:
+        return {k: v for k, v in params.items() if k != "eplb" or params.get("ep") == 4}
+
+    launches = [({"ep": 1}, 90.0), ({"ep": 4, "eplb": False}, 100.0), ({"ep": 4, "eplb": True}, 30.0)]
+    trials = []
+    for params, value in launches:
+        for proto in ("LL", "Simple"):
+            full = {**params, "proto": proto}
+            trials.append(
+                optuna.trial.create_trial(
+                    params=full,
+                    distributions={k: dists[k] for k in full},
+                    value=value,
+                    user_attrs={trial_record.OUTCOME: "complete"},
+                )
+            )
+    best = trials[3]  # EP4, EPLB off, Simple
+    model = local_model(best, trials, estimates.NOISE_PRIOR)
+    sampler = IncumbentLocalSampler(seed=0, complete=applies)
+    to_ep1 = next(m for m in sampler._moves(best, model) if m.name == "ep")
+    assert to_ep1.mean == pytest.approx(-0.105, abs=0.03)  # log(90 / 100)
+
+
+def test_a_value_every_launch_of_which_was_pruned_is_not_proposed_again():
+    # "eplb" True prunes every launch whatever else it sets. A TPE proposal changes several
+    # values at once, so one pruned launch does not condemn a value; after two pruned
+    # launches with it and none that ran, no proposal sets it again.
+    dists = {
+        "eplb": CategoricalDistribution([False, True]),
+        **{f"k{i}": CategoricalDistribution([0, 1, 2]) for i in range(4)},
+    }
+    sampler = IncumbentLocalSampler(
+        seed=3, local_share=0.0, identity=lambda p: repr(sorted(p.items())), distributions=dists
+    )
+    study = optuna.create_study(direction="maximize", sampler=sampler)
+
+    def objective(trial: optuna.Trial) -> float:
+        p = {name: trial.suggest_categorical(name, d.choices) for name, d in dists.items()}
+        if p["eplb"]:
+            raise optuna.TrialPruned()
+        trial.set_user_attr(trial_record.OUTCOME, "complete")
+        return 100.0 + sum(p[f"k{i}"] for i in range(4))
+
+    study.optimize(objective, n_trials=30)
+    crippled = [t for t in study.trials if t.params["eplb"]]
+    assert len(crippled) == HOPELESS_PRUNES
+    assert len(study.trials) == 30
 
 
 def floor_study(seed: int, walk_to_floor: bool) -> optuna.Study:

@@ -107,6 +107,30 @@ class Effects:
         a[col] -= 1.0
         return float(a @ self._mean), math.sqrt(float(a @ self._cov @ a))
 
+    def change(self, before: Mapping[str, Any], after: Mapping[str, Any]) -> tuple[float, float, list[str]]:
+        """Posterior mean and standard deviation of the change in log(objective) from the
+        values ``before`` to the values ``after`` of the same parameters, where a parameter
+        missing on one side does not apply there (its effect is 0: the EPLB setting that
+        vanishes with expert parallelism takes its effect along), and the names of the
+        parameters with a value on either side that no launch measured (their uncertainty
+        is the caller's)."""
+        a = np.zeros(len(self._mean))
+        unmeasured: list[str] = []
+        for name in set(before) | set(after):
+            if name in after:
+                col = self._columns.get((name, repr(after[name])))
+                if col is None:
+                    unmeasured.append(name)
+                else:
+                    a[col] += 1.0
+            if name in before:
+                col = self._columns.get((name, repr(before[name])))
+                if col is None:
+                    unmeasured.append(name)
+                else:
+                    a[col] -= 1.0
+        return float(a @ self._mean), math.sqrt(max(float(a @ self._cov @ a), 0.0)), sorted(set(unmeasured))
+
     def predict(self, params: Mapping[str, Any], key: str | None = None) -> tuple[float, float]:
         """Posterior mean and standard deviation of log(objective) of a configuration."""
         a = np.zeros(len(self._mean))

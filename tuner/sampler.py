@@ -7,7 +7,9 @@ around the incumbent finishes the job quickly once a good region is found. So af
 the start-up trials, nine trials in ten are *local moves*: the best configuration so far
 (see :mod:`tuner.estimates`) with one parameter changed, never a configuration already
 measured. The others come from TPE, which keeps exploring. Both see the constraints of
-earlier trials: infeasible and failed trials are never the incumbent.
+earlier trials: infeasible and failed trials are never the incumbent; a value found
+hopeless (a pruned move, or a value whose every launch was pruned, twice: EPLB on PCIe)
+is proposed by neither again.
 
 Which change comes next is decided by the additive model of the whole study
 (:mod:`tuner.effects`): each candidate change is scored by its expected improvement over
@@ -16,7 +18,9 @@ not measured yet gets its parameter's own spread of effects as its uncertainty (
 whose values all measured alike near the incumbent is probably flat; one measured only far
 from it is not known) and, for an ordered parameter, the trend
 of its measured neighbours (a memory fraction that gained going up probably gains going
-further up). So the walk spends its launches on the knobs that matter on *this* space,
+further up). A change that switches other parameters on or off (EP1 drops the EPLB and
+all-to-all settings that exist only with expert parallelism) carries their effects too.
+So the walk spends its launches on the knobs that matter on *this* space,
 whatever they are, instead of a fixed or shuffled order.
 
 While no configuration meets the objective's constraints (a single-stream floor), there is
@@ -97,6 +101,12 @@ LOCAL_KERNEL = 0.5
 #: Share of an ordered parameter's trend kept when a move goes past every measured value: a
 #: knob that gained going up often saturates (a request cap above what the KV pool admits).
 EXTRAPOLATION_SHRINK = 0.5
+#: Pruned launches that make a parameter value hopeless when no launch with it ran to the end
+#: (a walk's move is hopeless after one: it changed nothing else). Two, since a TPE
+#: proposal changes several values at once and one pruned launch does not say which
+#: of them was to blame; EPLB, which prunes whatever else a configuration sets, is in
+#: every pruned launch that has it.
+HOPELESS_PRUNES = 2
 #: Proposals tried to find a configuration the rules accept and not measured yet.
 MAX_ATTEMPTS = 50
 
@@ -143,6 +153,7 @@ class IncumbentLocalSampler(BaseSampler):
         identity: Callable[[dict[str, Any]], str | None] | None = None,
         distributions: Mapping[str, BaseDistribution] | None = None,
         feasibility: Callable[[FrozenTrial], float | None] | None = None,
+        complete: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
     ):
         """``identity`` maps a proposal to its canonical configuration (None when the launch
         rules reject it), so moves and proposals skip impossible and already measured
@@ -150,7 +161,9 @@ class IncumbentLocalSampler(BaseSampler):
         drawn whole, checked and drawn again before the trial is handed out;
         ``feasibility`` says how close a launch came to the objective's constraints (a
         ratio, >= 1 met; see :meth:`tuner.objectives.Objective.feasibility`), so that a
-        study with no feasible configuration yet walks towards one."""
+        study with no feasible configuration yet walks towards one; ``complete`` maps a
+        proposal to the parameters that apply to it (:meth:`tuner.space.Space.complete`),
+        so that a move is credited with the parameters it switches on or off."""
         self._tpe = TPESampler(
             seed=seed, multivariate=True, group=True, constant_liar=True, n_startup_trials=10
         )
@@ -160,9 +173,11 @@ class IncumbentLocalSampler(BaseSampler):
         self._identity = identity
         self._distributions = dict(distributions or {})
         self._feasibility = feasibility
+        self._complete = complete or dict
         self._plans: dict[int, dict[str, Any]] = {}
         self._incumbent_number = -1
         self._tabu: set[tuple[str, str]] = set()
+        self._hopeless_now: set[tuple[str, str]] = set()
         self._changes: dict[int, tuple[str, Any]] = {}
         #: Proposals redrawn because the rules rejected them (for the study's summary).
         self.redrawn = 0
@@ -185,6 +200,7 @@ class IncumbentLocalSampler(BaseSampler):
             deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
         )
         seen = {self._key(t.params) for t in study.get_trials(deepcopy=False) if t.number != trial.number}
+        self._hopeless_now = self._tabu | hopeless_values(done)
         if len(done) >= self._local_after and self._rng.random() < self._local_share:
             ev = estimates.evidence(done)
             best = self._sticky_incumbent(ev)
@@ -255,10 +271,12 @@ class IncumbentLocalSampler(BaseSampler):
             current = best.params[name]
             spread = _spread(model, name)
             for value in self._candidates(dist, current):
-                if (name, repr(value)) in self._tabu:
+                if (name, repr(value)) in self._hopeless_now:
                     continue
                 mean, sd = _expected_gain(model, dist, name, current, value, spread)
-                out.append(Move(name, value, mean, sd))
+                moved = self._complete({**best.params, name: value})
+                side_mean, side_sd = _side_effects(model, best.params, moved, name)
+                out.append(Move(name, value, mean + side_mean, math.hypot(sd, side_sd)))
         return out
 
     def _candidates(self, dist: BaseDistribution, value: Any) -> list[Any]:
@@ -300,9 +318,12 @@ class IncumbentLocalSampler(BaseSampler):
         return value
 
     def _tpe_plan(self, study: optuna.Study, trial: FrozenTrial, seen: set[str | None]) -> None:
-        """Draw TPE's proposal whole before the trial asks for it, and draw again while the
-        rules reject it or it was measured already; after :data:`MAX_ATTEMPTS` the last
-        draw stands (the study records the rejection, which TPE then learns from)."""
+        """Draw TPE's proposal whole before the trial asks for it, with any value the study
+        found hopeless (:func:`hopeless_values`: EPLB on PCIe prunes whatever else a
+        configuration sets) replaced by another value of its parameter, and draw again
+        while the rules reject it or it was measured already; after :data:`MAX_ATTEMPTS`
+        the last draw stands (the study records the rejection, which TPE then learns
+        from)."""
         if self._identity is None or not self._distributions:
             return
         for _ in range(MAX_ATTEMPTS):
@@ -311,11 +332,24 @@ class IncumbentLocalSampler(BaseSampler):
             for name, dist in self._distributions.items():
                 if name not in plan:
                     plan[name] = self._tpe.sample_independent(study, trial, name, dist)
+            plan = self._without_hopeless(plan)
             self._plans[trial.number] = plan
             key = self._key(plan)
             if key is not None and key not in seen:
                 return
             self.redrawn += 1
+
+    def _without_hopeless(self, plan: dict[str, Any]) -> dict[str, Any]:
+        """``plan`` with each hopeless value it applies replaced by a random other value of
+        its parameter that is not hopeless (kept when there is none)."""
+        for name, value in self._complete(dict(plan)).items():
+            dist = self._distributions.get(name)
+            if (name, repr(value)) not in self._hopeless_now or not isinstance(dist, CategoricalDistribution):
+                continue
+            others = [c for c in dist.choices if (name, repr(c)) not in self._hopeless_now]
+            if others:
+                plan[name] = others[self._rng.integers(len(others))]
+        return plan
 
     # --- BaseSampler ------------------------------------------------------------------------
     def infer_relative_search_space(
@@ -434,6 +468,26 @@ def _expected_gain(
     return gain, spread
 
 
+def _side_effects(
+    model: effects.Effects | None, current: Mapping[str, Any], moved: Mapping[str, Any], name: str
+) -> tuple[float, float]:
+    """Mean and standard deviation of what a move of ``name`` changes besides it: the
+    parameters that stop or start applying (``when``), such as EPLB and the all-to-all
+    backend, which exist only with expert parallelism. Their effects belong to the move: in
+    an additive model the good value of a parameter that only applies under one setting
+    shares that setting's credit, so leaving it out would make every move away from the
+    setting look better than it measured."""
+    if model is None:
+        return 0.0, 0.0
+    names = {n for n in set(current) | set(moved) if n != name and repr(current.get(n)) != repr(moved.get(n))}
+    if not names:
+        return 0.0, 0.0
+    before = {n: current[n] for n in names if n in current}
+    after = {n: moved[n] for n in names if n in moved}
+    mean, sd, unmeasured = model.change(before, after)
+    return mean, math.sqrt(sd**2 + sum(_spread(model, n) ** 2 for n in unmeasured))
+
+
 # --- whether a configuration launches ----------------------------------------------------
 def launch_failed(t: FrozenTrial) -> bool | None:
     """Whether a trial's launch failed for its configuration (out of memory, a crash); None
@@ -480,6 +534,29 @@ def _bears_on(dist: BaseDistribution, current: Any, value: Any, launched: Any, f
     if failed:
         return sign * (other - here) > 0 and sign * (other - there) <= 0
     return sign * (other - there) >= 0
+
+
+def hopeless_values(done: Sequence[FrozenTrial]) -> set[tuple[str, str]]:
+    """The (parameter, repr(value)) pairs of a categorical parameter set by at least
+    :data:`HOPELESS_PRUNES` pruned launches and by no launch that ran its sweep to the end
+    (a multi-worker study's workers agree on it: it is read from the trials, unlike the
+    walk's own pruned moves)."""
+    pruned: dict[tuple[str, str], int] = {}
+    ran: set[tuple[str, str]] = set()
+    for t in done:
+        if trial_record.reused_from(t) is not None:
+            continue  # a copy of another trial's verdict, not a launch of its own
+        pairs = {
+            (name, repr(value))
+            for name, value in t.params.items()
+            if isinstance(t.distributions.get(name), CategoricalDistribution)
+        }
+        if t.state == TrialState.PRUNED:
+            for pair in pairs:
+                pruned[pair] = pruned.get(pair, 0) + 1
+        elif estimates.launched(t):
+            ran |= pairs
+    return {pair for pair, n in pruned.items() if n >= HOPELESS_PRUNES and pair not in ran}
 
 
 def _distance(a: Mapping[str, Any], b: Mapping[str, Any]) -> int:

@@ -138,6 +138,7 @@ class Search:
             identity=self._identity,
             distributions=space.distributions(),
             feasibility=self._feasibility,
+            complete=space.complete,
         )
         self.storage = open_storage(storage)
         self.gate = BudgetGate(self.storage, storage, study_name)
