@@ -98,14 +98,10 @@ class Effects:
 
     def gain(self, name: str, current: Any, other: Any) -> tuple[float, float]:
         """Posterior mean and standard deviation of the change in log(objective) when
-        parameter ``name`` goes from ``current`` to ``other`` (a measured value)."""
-        a = np.zeros(len(self._mean))
-        a[self._columns[(name, repr(other))]] += 1.0
-        col = self._columns.get((name, repr(current)))
-        if col is None:
-            return float(a @ self._mean), math.sqrt(float(a @ self._cov @ a) + EFFECT_PRIOR**2)
-        a[col] -= 1.0
-        return float(a @ self._mean), math.sqrt(float(a @ self._cov @ a))
+        parameter ``name`` goes from ``current`` to ``other`` (a measured value); a value no
+        launch measured adds :data:`EFFECT_PRIOR` to the uncertainty."""
+        mean, sd, unmeasured = self.change({name: current}, {name: other})
+        return mean, math.sqrt(sd**2 + len(unmeasured) * EFFECT_PRIOR**2)
 
     def change(self, before: Mapping[str, Any], after: Mapping[str, Any]) -> tuple[float, float, list[str]]:
         """Posterior mean and standard deviation of the change in log(objective) from the
