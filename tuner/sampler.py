@@ -479,7 +479,7 @@ def _side_effects(
     setting look better than it measured."""
     if model is None:
         return 0.0, 0.0
-    names = {n for n in set(current) | set(moved) if n != name and repr(current.get(n)) != repr(moved.get(n))}
+    names = _differing(current, moved) - {name}
     if not names:
         return 0.0, 0.0
     before = {n: current[n] for n in names if n in current}
@@ -559,10 +559,15 @@ def hopeless_values(done: Sequence[FrozenTrial]) -> set[tuple[str, str]]:
     return {pair for pair, n in pruned.items() if n >= HOPELESS_PRUNES and pair not in ran}
 
 
+def _differing(a: Mapping[str, Any], b: Mapping[str, Any]) -> set[str]:
+    """The parameters two configurations set differently (one applying and not the other
+    counts as different)."""
+    return {n for n in set(a) | set(b) if repr(a.get(n)) != repr(b.get(n))}
+
+
 def _distance(a: Mapping[str, Any], b: Mapping[str, Any]) -> int:
-    """How many parameters two configurations set differently (one applying and not the
-    other counts as different)."""
-    return sum(1 for n in set(a) | set(b) if repr(a.get(n)) != repr(b.get(n)))
+    """How many parameters two configurations set differently (see :func:`_differing`)."""
+    return len(_differing(a, b))
 
 
 def local_model(best: FrozenTrial, done: Sequence[FrozenTrial], noise: float) -> effects.Effects | None:
