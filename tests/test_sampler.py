@@ -120,21 +120,24 @@ def test_a_knob_measured_only_far_from_the_incumbent_is_uncertain_not_flat():
     assert _spread(model, "a") < 0.5 * _spread(model, "m")
 
 
-def test_a_move_that_switches_a_parameter_off_takes_its_effect_along():
+@pytest.mark.parametrize("off", [False, None], ids=["off-is-false", "off-is-the-default-null"])
+def test_a_move_that_switches_a_parameter_off_takes_its_effect_along(off):
     # EPLB exists only with expert parallelism (ep 4); with it on, a launch loses 70%. The
     # incumbent is EP4 without EPLB (100 tok/s); EP1 measured 90. In an additive model the
     # good "EPLB off" shares EP4's credit, so EP1's own effect alone looks better than EP4's:
-    # the move to EP1 must be expected to lose what it measured, not to gain.
+    # the move to EP1 must be expected to lose what it measured, not to gain. The same when
+    # the good value is null (the engine's default, as a CUDA-graph batch limit's), which a
+    # configuration sets, unlike one where the parameter does not apply.
     dists = {
         "ep": CategoricalDistribution([1, 4]),
-        "eplb": CategoricalDistribution([False, True]),
+        "eplb": CategoricalDistribution([off, True]),
         "proto": CategoricalDistribution(["LL", "Simple"]),
     }
 
     def applies(params: dict) -> dict:
         return {k: v for k, v in params.items() if k != "eplb" or params.get("ep") == 4}
 
-    launches = [({"ep": 1}, 90.0), ({"ep": 4, "eplb": False}, 100.0), ({"ep": 4, "eplb": True}, 30.0)]
+    launches = [({"ep": 1}, 90.0), ({"ep": 4, "eplb": off}, 100.0), ({"ep": 4, "eplb": True}, 30.0)]
     trials = []
     for params, value in launches:
         for proto in ("LL", "Simple"):

@@ -561,8 +561,8 @@ def hopeless_values(done: Sequence[FrozenTrial]) -> set[tuple[str, str]]:
 
 def _differing(a: Mapping[str, Any], b: Mapping[str, Any]) -> set[str]:
     """The parameters two configurations set differently (one applying and not the other
-    counts as different)."""
-    return {n for n in set(a) | set(b) if repr(a.get(n)) != repr(b.get(n))}
+    counts as different, also where the one that applies sets ``None``)."""
+    return {n for n in set(a) | set(b) if n not in a or n not in b or repr(a[n]) != repr(b[n])}
 
 
 def _distance(a: Mapping[str, Any], b: Mapping[str, Any]) -> int:
