@@ -26,6 +26,10 @@ whatever they are, instead of a fixed or shuffled order.
 While no configuration meets the objective's constraints (a single-stream floor), there is
 no incumbent: the walk starts from the launch that came closest instead, and ranks its
 moves by the additive model of how close each launch came (:func:`nearest_feasible`).
+Once one does, a move is worth its expected improvement times its odds of still meeting
+them (the constrained expected improvement), from the same model fitted around the
+incumbent (:func:`floor_model`): a change that costs single-stream speed (expert
+parallelism, a pipeline layout) is launched once, not again from each new incumbent.
 
 Proposals the engine's rules or the space's constraints reject cost no launch, but they
 are redrawn here rather than handed to the study: a TPE proposal is drawn again (up to
@@ -123,11 +127,16 @@ class Move:
 
     #: Probability that the configuration launches at all (see :func:`_launch_odds`).
     launches: float = 1.0
+    #: Probability that the configuration meets the objective's constraints (see
+    #: :func:`_floor_odds`); 1 for an objective without any.
+    meets_floor: float = 1.0
 
     @property
     def worth(self) -> float:
-        """What the move is expected to gain, counting the launches that fail."""
-        return self.expected_improvement * self.launches
+        """What the move is expected to gain, counting the launches that fail and the
+        configurations that miss the objective's floor (worth nothing to the study: the
+        constrained expected improvement)."""
+        return self.expected_improvement * self.launches * self.meets_floor
 
     @property
     def expected_improvement(self) -> float:
@@ -205,10 +214,13 @@ class IncumbentLocalSampler(BaseSampler):
             ev = estimates.evidence(done)
             best = self._sticky_incumbent(ev)
             model = local_model(best, done, ev.noise) if best is not None else None
+            floor = None
+            if best is not None and self._feasibility is not None:
+                floor = floor_model(best, done, self._feasibility, ev.noise)
             if best is None and self._feasibility is not None:
                 best, model = nearest_feasible(done, self._feasibility, ev.noise)
             if best is not None:
-                local = self._local_plan(best, model, seen, done)
+                local = self._local_plan(best, model, seen, done, floor)
                 if local is not None:
                     self._plans[trial.number], change = local
                     if change is not None:
@@ -245,12 +257,15 @@ class IncumbentLocalSampler(BaseSampler):
         model: effects.Effects | None,
         seen: set[str | None],
         done: Sequence[FrozenTrial],
+        floor: effects.Effects | None = None,
     ) -> tuple[dict[str, Any], tuple[str, Any] | None] | None:
         """The incumbent with its most promising untried single change (see the module
         docstring) and that change; a random two-parameter jump (no single change) once
-        every single change was tried."""
+        every single change was tried. ``floor`` is the additive model of how far launches
+        came above the objective's constraints (:func:`floor_model`), None without any."""
         launched = [(dict(t.params), failed) for t in done if (failed := launch_failed(t)) is not None]
-        moves = [replace(m, launches=_launch_odds(best, m, launched)) for m in self._moves(best, model)]
+        moves = self._moves(best, model, floor)
+        moves = [replace(m, launches=_launch_odds(best, m, launched)) for m in moves]
         moves.sort(key=lambda m: (m.worth, self._rng.random()), reverse=True)
         for move in moves:
             plan = {**best.params, move.name: move.value}
@@ -264,19 +279,24 @@ class IncumbentLocalSampler(BaseSampler):
                 return plan, None
         return None
 
-    def _moves(self, best: FrozenTrial, model: effects.Effects | None) -> list[Move]:
-        """Every single change of the incumbent worth a launch, with its expected gain."""
+    def _moves(
+        self, best: FrozenTrial, model: effects.Effects | None, floor: effects.Effects | None = None
+    ) -> list[Move]:
+        """Every single change of the incumbent worth a launch, with its expected gain and,
+        where the objective has constraints (``floor``), its odds of meeting them."""
         out: list[Move] = []
+        level = floor.predict(best.params, estimates.configuration(best)) if floor is not None else None
         for name, dist in best.distributions.items():
             current = best.params[name]
-            spread = _spread(model, name)
             for value in self._candidates(dist, current):
                 if (name, repr(value)) in self._hopeless_now:
                     continue
-                mean, sd = _expected_gain(model, dist, name, current, value, spread)
                 moved = self._complete({**best.params, name: value})
-                side_mean, side_sd = _side_effects(model, best.params, moved, name)
-                out.append(Move(name, value, mean + side_mean, math.hypot(sd, side_sd)))
+                mean, sd = _move_change(model, dist, name, value, best.params, moved)
+                odds = 1.0
+                if floor is not None and level is not None:
+                    odds = _floor_odds(floor, level, dist, name, value, best.params, moved)
+                out.append(Move(name, value, mean, sd, meets_floor=odds))
         return out
 
     def _candidates(self, dist: BaseDistribution, value: Any) -> list[Any]:
@@ -468,6 +488,43 @@ def _expected_gain(
     return gain, spread
 
 
+def _move_change(
+    model: effects.Effects | None,
+    dist: BaseDistribution,
+    name: str,
+    value: Any,
+    current: Mapping[str, Any],
+    moved: Mapping[str, Any],
+) -> tuple[float, float]:
+    """Mean and standard deviation of the change in log(value) of the model's quantity when
+    ``name`` moves to ``value`` from configuration ``current`` (``moved`` after it), taking
+    along what the move switches on or off (:func:`_expected_gain`, :func:`_side_effects`)."""
+    mean, sd = _expected_gain(model, dist, name, current[name], value, _spread(model, name))
+    side_mean, side_sd = _side_effects(model, current, moved, name)
+    return mean + side_mean, math.hypot(sd, side_sd)
+
+
+def _floor_odds(
+    floor: effects.Effects,
+    level: tuple[float, float],
+    dist: BaseDistribution,
+    name: str,
+    value: Any,
+    current: Mapping[str, Any],
+    moved: Mapping[str, Any],
+) -> float:
+    """Probability that a move keeps the objective's constraints met: the incumbent's
+    log(feasibility ratio) as the floor model predicts it (``level``: mean and standard
+    deviation; 0 is the floor), plus the move's expected change of it, above 0.
+
+    A change that lowers the single-stream rate (expert parallelism, a pipeline layout, no
+    CUDA graphs) may raise the peak: without its odds, the walk tries it again from each
+    new incumbent and every launch of it misses the floor."""
+    mean, sd = _move_change(floor, dist, name, value, current, moved)
+    centre, centre_sd = level
+    return estimates.normal_cdf((centre + mean) / max(math.hypot(centre_sd, sd), 1e-9))
+
+
 def _side_effects(
     model: effects.Effects | None, current: Mapping[str, Any], moved: Mapping[str, Any], name: str
 ) -> tuple[float, float]:
@@ -576,9 +633,41 @@ def local_model(best: FrozenTrial, done: Sequence[FrozenTrial], noise: float) ->
     did in distant configurations (a decode-step count measured while the KV pool bound)
     counts less than what it did near the incumbent."""
     observations = estimates.observations(done)
-    if not observations:
-        return None
-    weights = [LOCAL_KERNEL ** _distance(o.params, best.params) for o in observations]
+    return _fit_around(best.params, observations, noise) if observations else None
+
+
+def floor_model(
+    best: FrozenTrial,
+    done: Sequence[FrozenTrial],
+    feasibility: Callable[[FrozenTrial], float | None],
+    noise: float,
+) -> effects.Effects | None:
+    """The additive model of the feasibility ratio (what a launch measured over what the
+    objective's constraints ask, :meth:`~tuner.objectives.Objective.feasibility`) fitted
+    around the incumbent as :func:`local_model` is; None when no launch measured the
+    constraints (an objective without any)."""
+    observations = _feasibility_observations(done, feasibility)
+    return _fit_around(best.params, [o for _, o in observations], noise) if observations else None
+
+
+def _feasibility_observations(
+    done: Sequence[FrozenTrial], feasibility: Callable[[FrozenTrial], float | None]
+) -> list[tuple[FrozenTrial, effects.Observation]]:
+    """Each launch that measured the objective's constraints, with its feasibility ratio as
+    an observation of the additive model."""
+    return [
+        (t, effects.Observation(t.params, estimates.configuration(t), r))
+        for t in done
+        if (r := feasibility(t)) is not None and r > 0
+    ]
+
+
+def _fit_around(
+    centre: Mapping[str, Any], observations: Sequence[effects.Observation], noise: float
+) -> effects.Effects:
+    """The additive model fitted to ``observations``, each weighing :data:`LOCAL_KERNEL` to
+    the power of the parameters it sets differently from ``centre``."""
+    weights = [LOCAL_KERNEL ** _distance(o.params, centre) for o in observations]
     return effects.fit(observations, noise, weights)
 
 
@@ -591,10 +680,8 @@ def nearest_feasible(
     much closer they are expected to bring it (partial credit for a near miss: a
     single-stream rate of 55 tok/s under a 60 tok/s floor is a better place to start from
     than 20). (None, None) when no launch measured the constraints."""
-    scored = [(t, r) for t in done if (r := feasibility(t)) is not None and r > 0]
+    scored = _feasibility_observations(done, feasibility)
     if not scored:
         return None, None
-    nearest = max(scored, key=lambda tr: tr[1])[0]
-    observations = [effects.Observation(t.params, estimates.configuration(t), r) for t, r in scored]
-    weights = [LOCAL_KERNEL ** _distance(o.params, nearest.params) for o in observations]
-    return nearest, effects.fit(observations, noise, weights)
+    nearest = max(scored, key=lambda to: to[1].value)[0]
+    return nearest, _fit_around(nearest.params, [o for _, o in scored], noise)
