@@ -8,8 +8,8 @@ the start-up trials, nine trials in ten are *local moves*: the best configuratio
 (see :mod:`tuner.estimates`) with one parameter changed, never a configuration already
 measured. The others come from TPE, which keeps exploring. Both see the constraints of
 earlier trials: infeasible and failed trials are never the incumbent; a value found
-hopeless (a pruned move, or a value whose every launch was pruned, twice: EPLB on PCIe)
-is proposed by neither again.
+hopeless (a pruned move, or the value that best explains the pruned launches of the study,
+:func:`hopeless_values`: EPLB on PCIe) is proposed by neither again.
 
 Which change comes next is decided by the additive model of the whole study
 (:mod:`tuner.effects`): each candidate change is scored by its expected improvement over
