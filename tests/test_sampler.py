@@ -3,6 +3,7 @@ reject many combinations. The budget buys launches, not proposals."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import optuna
@@ -213,6 +214,17 @@ def test_pruned_proposals_condemn_the_value_that_explains_them_not_every_value_t
     assert hopeless_values(three) == {("eplb", "True")}
 
 
+def closeness_to(floor: float) -> Callable[[optuna.trial.FrozenTrial], float | None]:
+    """How close a trial came to a single-stream ``floor`` (>= 1: met), as ``tuner search``
+    tells the sampler (tuner.objectives.Objective.feasibility)."""
+
+    def closeness(t: optuna.trial.FrozenTrial) -> float | None:
+        c = t.constraints.get("min_single_stream")
+        return None if c is None else 1.0 - c / floor
+
+    return closeness
+
+
 def floor_study(seed: int, walk_to_floor: bool) -> optuna.Study:
     """Three knobs that each add single-stream speed and cost throughput (a smaller batch,
     fewer experts per GPU...) and six that do nothing; the floor needs all three near their
@@ -226,14 +238,13 @@ def floor_study(seed: int, walk_to_floor: bool) -> optuna.Study:
         **{f"k{i}": CategoricalDistribution([0, 1, 2]) for i in range(6)},
     }
 
-    def closeness(t: optuna.trial.FrozenTrial) -> float | None:
-        c = t.constraints.get("min_single_stream")
-        return None if c is None else 1.0 - c / floor
-
     study = optuna.create_study(
         direction="maximize",
         sampler=IncumbentLocalSampler(
-            seed=seed, local_after=1, local_share=1.0, feasibility=closeness if walk_to_floor else None
+            seed=seed,
+            local_after=1,
+            local_share=1.0,
+            feasibility=closeness_to(floor) if walk_to_floor else None,
         ),
     )
     study.enqueue_trial({name: 0 for name in space})
@@ -260,12 +271,8 @@ def expert_parallel_floor_study(seed: int, floor_odds: bool) -> optuna.Study:
         **{f"k{i}": CategoricalDistribution([0, 1, 2, 3]) for i in range(5)},
     }
 
-    def closeness(t: optuna.trial.FrozenTrial) -> float | None:
-        c = t.constraints.get("min_single_stream")
-        return None if c is None else 1.0 - c / floor
-
     sampler = IncumbentLocalSampler(
-        seed=seed, local_after=1, local_share=1.0, feasibility=closeness if floor_odds else None
+        seed=seed, local_after=1, local_share=1.0, feasibility=closeness_to(floor) if floor_odds else None
     )
     study = optuna.create_study(direction="maximize", sampler=sampler)
     study.enqueue_trial({name: d.choices[0] for name, d in space.items()})

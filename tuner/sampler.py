@@ -285,7 +285,9 @@ class IncumbentLocalSampler(BaseSampler):
         """Every single change of the incumbent worth a launch, with its expected gain and,
         where the objective has constraints (``floor``), its odds of meeting them."""
         out: list[Move] = []
-        level = floor.predict(best.params, estimates.configuration(best)) if floor is not None else None
+        # The floor model and the incumbent's place under it, computed once for every move.
+        here = estimates.configuration(best)
+        floor_at = None if floor is None else (floor, floor.predict(best.params, here))
         for name, dist in best.distributions.items():
             current = best.params[name]
             for value in self._candidates(dist, current):
@@ -294,8 +296,8 @@ class IncumbentLocalSampler(BaseSampler):
                 moved = self._complete({**best.params, name: value})
                 mean, sd = _move_change(model, dist, name, value, best.params, moved)
                 odds = 1.0
-                if floor is not None and level is not None:
-                    odds = _floor_odds(floor, level, dist, name, value, best.params, moved)
+                if floor_at is not None:
+                    odds = _floor_odds(*floor_at, dist, name, value, best.params, moved)
                 out.append(Move(name, value, mean, sd, meets_floor=odds))
         return out
 
