@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import optuna
@@ -278,6 +279,58 @@ def test_a_launch_far_above_what_the_study_expects_is_an_outlier_when_it_would_l
     assert estimates.outlier(trials, _trial(4, 1, 1500.0, outlier_check=2)) is None  # a re-measurement judges
     # Far from expected but not changing the recommendation: nothing to protect.
     assert estimates.outlier(trials, _trial(4, 1, 350.0)) is None
+
+
+#: Two knobs: an NCCL protocol and a channel count.
+NCCL = {"proto": CategoricalDistribution(["auto", "LL"]), "channels": CategoricalDistribution([0, 8])}
+
+
+def _nccl_launch(number: int, proto: str, channels: int, value: float, *, pruned: bool = False):
+    state, attrs = TrialState.COMPLETE, {"outcome": "complete"}
+    if pruned:  # stopped after its first level; what that level measured is its partial value
+        state, attrs = TrialState.PRUNED, {"outcome": "pruned", "partial_value": value}
+    t = optuna.trial.create_trial(
+        params={"proto": proto, "channels": channels},
+        distributions=NCCL,
+        value=None if pruned else value,
+        state=state,
+        user_attrs={**attrs, "config_key": f"{proto}-{channels}"},
+    )
+    t.number = number
+    return t
+
+
+def test_a_launch_that_fell_off_a_cliff_does_not_lift_the_configurations_it_shares_nothing_with():
+    """LL with 8 channels measured 300; LL alone never got past prefill (1.2 tok/s, pruned).
+    Taken at its word, the log-additive model credits 8 channels with a 250x gain, and a
+    configuration measured once at 600 would be pooled far above anything launched. The
+    cliff says "bad", not how bad: the pooled estimate stays near what was measured."""
+    trials = [
+        _nccl_launch(0, "auto", 0, 440.0),
+        _nccl_launch(1, "auto", 0, 445.0),
+        _nccl_launch(2, "LL", 8, 300.0),
+        _nccl_launch(3, "LL", 0, 1.2, pruned=True),
+        _nccl_launch(4, "auto", 8, 600.0),
+    ]
+    ev = estimates.evidence(trials)
+    pooled = next(e for e in ev.estimates if e.key == "auto-8").pooled
+    assert pooled is not None
+    assert 440.0 < math.exp(pooled[0]) <= 600.0 * 1.02
+
+
+def test_a_configuration_that_combines_two_gains_is_not_an_outlier_for_gaining_less_than_their_sum():
+    """Each knob gained 30% alone; both together measured 35%, a new best. The additive model
+    expects 69%, beyond anything the study measured: gains need not stack, and a launch is
+    not doubted for falling short of an extrapolation."""
+    trials = [
+        _nccl_launch(0, "auto", 0, 1000.0),
+        _nccl_launch(1, "auto", 0, 1005.0),
+        _nccl_launch(2, "LL", 0, 1300.0),
+        _nccl_launch(3, "auto", 8, 1300.0),
+        _nccl_launch(4, "LL", 0, 1310.0),
+        _nccl_launch(5, "auto", 8, 1295.0),
+    ]
+    assert estimates.outlier(trials, _nccl_launch(6, "LL", 8, 1350.0)) is None
 
 
 class GlitchedServer(Measurer):

@@ -70,6 +70,16 @@ OUTLIER_Z = 3.0
 #: Outlier verdicts (:func:`outlier_verdicts`): awaiting its re-measurement, confirmed by
 #: it, or dropped as a glitch.
 PENDING, KEPT, DROPPED = "pending", "kept", "dropped"
+#: Share of the study's best launch below which a launch enters the model that pools the
+#: estimates at that share: it says its configuration is bad, not by how much. The model
+#: is log-additive and a launch can fall off a cliff it cannot represent (a closed-loop
+#: level of long prompts that never got past prefill measures 0.3% of the best): fitted as
+#: measured, its blame lands on the values it shares with good launches as well, the other
+#: side of it lifts the values it does not, and a configuration measured once at 84% of the
+#: best was pooled at 110% and recommended. Half, not fitted: below the pruner's bar for a
+#: finished level (:data:`tuner.pruning.LATER_LEVEL_RATIO`), so nothing that could lead is
+#: touched.
+BAD_SHARE = 0.5
 
 
 @dataclass(frozen=True)
@@ -294,8 +304,17 @@ def estimates(trials: Iterable[FrozenTrial]) -> list[Estimate]:
 
 
 def model(trials: Iterable[FrozenTrial], sigma: float) -> effects.Effects:
-    """The additive model of :mod:`tuner.effects` fitted to what ``trials`` measured."""
-    return effects.fit(observations(trials), sigma)
+    """The additive model of :mod:`tuner.effects` fitted to what ``trials`` measured, a
+    launch below :data:`BAD_SHARE` of the best at that share (:func:`bounded`)."""
+    return effects.fit(bounded(observations(trials)), sigma)
+
+
+def bounded(found: Sequence[effects.Observation]) -> list[effects.Observation]:
+    """``found``, each value below :data:`BAD_SHARE` of the highest raised to that share."""
+    if not found:
+        return []
+    bottom = BAD_SHARE * max(o.value for o in found)
+    return [o if o.value >= bottom else replace(o, value=bottom) for o in found]
 
 
 def observations(trials: Iterable[FrozenTrial]) -> list[effects.Observation]:
@@ -454,10 +473,11 @@ def outlier(trials: Sequence[FrozenTrial], launch: FrozenTrial) -> dict[str, flo
     study expects of it: the mean of its configuration's earlier launches (one launch's
     noise against their mean; those of its own fidelity where there are some, else
     one-sided, see :func:`_beyond`), or, for a first launch, the additive model's
-    prediction from the other launches (the prediction's own deviation, wide for values
-    the study has not measured, and one launch's noise). Returns what to record (the
-    expected value, the measured one, the distance in standard deviations), else None. A
-    re-measurement of a flagged launch is never flagged itself: it is what judges."""
+    prediction from the other launches, at most the study's best launch (the prediction's
+    own deviation, wide for values the study has not measured, and one launch's noise).
+    Returns what to record (the expected value, the measured one, the distance in standard
+    deviations), else None. A re-measurement of a flagged launch is never flagged itself:
+    it is what judges."""
     if not launched(launch) or trial_record.OUTLIER_CHECK in launch.user_attrs or launch.values[-1] <= 0:
         return None
     before = evidence(trials)
@@ -489,6 +509,13 @@ def outlier(trials: Sequence[FrozenTrial], launch: FrozenTrial) -> dict[str, flo
         if any((n, repr(v)) not in seen for n, v in launch.params.items()):
             return None
         centre, spread = before.model.predict(launch.params, key)
+        # The study expects no more of a configuration than the best it has measured: past
+        # that the model extrapolates (two gains measured apart need not stack), and a
+        # launch that falls short of an extrapolation is no glitch. Before cliffs were
+        # bounded (BAD_SHARE) it expected 200x the study's best of one trace launch.
+        top = max((v for e in before.estimates for v in e.values if v > 0), default=None)
+        if top is not None:
+            centre = min(centre, math.log(top))
         sd = math.hypot(spread, before.noise)
         off = abs(math.log(launch.values[-1]) - centre) > OUTLIER_Z * sd
     if not off:
