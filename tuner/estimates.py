@@ -511,8 +511,7 @@ def outlier(trials: Sequence[FrozenTrial], launch: FrozenTrial) -> dict[str, flo
         centre, spread = before.model.predict(launch.params, key)
         # The study expects no more of a configuration than the best it has measured: past
         # that the model extrapolates (two gains measured apart need not stack), and a
-        # launch that falls short of an extrapolation is no glitch. Before cliffs were
-        # bounded (BAD_SHARE) it expected 200x the study's best of one trace launch.
+        # launch that falls short of an extrapolation is no glitch.
         top = max((v for e in before.estimates for v in e.values if v > 0), default=None)
         if top is not None:
             centre = min(centre, math.log(top))
