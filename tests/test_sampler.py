@@ -19,6 +19,7 @@ from tuner.sampler import (
     Move,
     _launch_odds,
     _spread,
+    confounded_values,
     hopeless_values,
     local_model,
 )
@@ -164,6 +165,43 @@ def test_a_move_that_switches_a_parameter_off_takes_its_effect_along(off):
     sampler = IncumbentLocalSampler(seed=0, complete=applies)
     to_ep1 = next(m for m in sampler._moves(best, model) if m.name == "ep")
     assert to_ep1.mean == pytest.approx(-0.105, abs=0.03)  # log(90 / 100)
+
+
+def test_a_good_value_measured_only_beside_a_bad_one_is_still_worth_a_launch():
+    # Three start points set NCCL_PROTO=LL (x0.44 on this workload) together with 8 channels
+    # (x1.45), at three expert-parallel sizes; the incumbent runs Simple with the default
+    # channels. The additive model splits the bundle's loss between LL and 8 channels, so
+    # without the rule a move to 8 channels is expected to lose and is ranked below every
+    # untried change. It is no loss anyone measured: the move keeps its uncertainty only.
+    dists = {
+        "proto": CategoricalDistribution(["LL", "Simple"]),
+        "channels": CategoricalDistribution([None, 8]),
+        "ep": CategoricalDistribution([1, 4, 8]),
+    }
+
+    def launch(value: float, **params) -> optuna.trial.FrozenTrial:
+        return optuna.trial.create_trial(
+            params=params, distributions=dists, value=value, user_attrs={trial_record.OUTCOME: "complete"}
+        )
+
+    trials = [launch(100.0 * 0.44 * 1.45, proto="LL", channels=8, ep=ep) for ep in (1, 4, 8)]
+    trials += [launch(100.0, proto="Simple", channels=None, ep=ep) for ep in (1, 4, 8)]
+    best = trials[-1]
+    model = local_model(best, trials, estimates.NOISE_PRIOR)
+    assert model is not None and model.gain("channels", None, 8)[0] < -0.1  # the model's split
+    assert {("proto", "'LL'"), ("channels", "8")} <= confounded_values(trials)
+
+    sampler = IncumbentLocalSampler(seed=0)
+    sampler._confounded = confounded_values(trials)
+    to_eight = next(m for m in sampler._moves(best, model) if m.name == "channels")
+    assert to_eight.mean == 0.0 and to_eight.sd > estimates.NOISE_PRIOR
+
+    # Measured apart, it is no longer the model's guess; nor are the values of one TPE
+    # proposal, which a second launch has not bundled yet.
+    apart = [*trials, launch(145.0, proto="Simple", channels=8, ep=8)]
+    assert ("channels", "8") not in confounded_values(apart)
+    one = [*trials[3:], launch(50.0, proto="LL", channels=8, ep=1)]
+    assert ("channels", "8") not in confounded_values(one)
 
 
 def test_a_value_every_launch_of_which_was_pruned_is_not_proposed_again():
