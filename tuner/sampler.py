@@ -119,10 +119,10 @@ MAX_ATTEMPTS = 50
 #: Launches two values of different parameters must share, and no other, before the walk
 #: treats them as confounded (:func:`confounded_values`). Two: the reference start points
 #: bundle NCCL_PROTO=LL with other NCCL settings (channels, threads, buffers) in three
-#: launches, and on the trace space that bundle hides a +45% channel count behind LL's loss. One would also
-#: take in the values of every single TPE proposal, and bring back values that measured
-#: badly in one (20 seeds, all suite spaces: reference, long-prompt, goodput and both floor
-#: spaces lose; fitted on the tune spaces, reference and trace).
+#: launches, and on the trace space that bundle hides a +45% channel count behind LL's
+#: loss. One would also take in the values of every single TPE proposal, and bring back
+#: values that measured badly in one (20 seeds, all suite spaces: reference, long-prompt,
+#: goodput and both floor spaces lose; fitted on the tune spaces, reference and trace).
 CONFOUNDED_LAUNCHES = 2
 
 
