@@ -660,12 +660,11 @@ def confounded_values(done: Sequence[FrozenTrial]) -> set[tuple[str, str]]:
     value bundled with a bad one (start points that set a slow NCCL protocol together with
     more channels) would inherit part of the bad one's loss and never be tried alone. The
     walk expects no loss of a move to one of them (only its uncertainty) until a launch
-    measures it apart."""
+    measures it apart. The launches are the model's own observations
+    (:func:`tuner.estimates.observations`), so both read the same evidence."""
     sets: dict[tuple[str, str], set[int]] = {}
-    for index, t in enumerate(done):
-        if estimates.observed(t) is None:
-            continue
-        for name, value in t.params.items():
+    for index, o in enumerate(estimates.observations(done)):
+        for name, value in o.params.items():
             sets.setdefault((name, repr(value)), set()).add(index)
     by_set: dict[frozenset[int], list[tuple[str, str]]] = {}
     for key, numbers in sets.items():
