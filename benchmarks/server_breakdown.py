@@ -29,14 +29,11 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from _common import load_best, result_name, space_named, write_result
+from _common import load_best, result_name, space_named, sweep, write_result
 from _tables import format_table
 
 from studies import STRATEGIES, Job
 from tuner.measurers import SIM_STARTUP_S
-from tuner.metrics import summarize
-from tuner.sim.model import PerfModel
-from tuner.sim.serving import simulate_sweep
 from tuner.space import DEFAULT_SPACE
 from tuner.trial_record import TrialRecord
 
@@ -88,31 +85,26 @@ def best_launch(space_name: str) -> dict[str, float]:
     """Server seconds of one noise-free launch of the space's best configuration: its
     start-up, its proxy levels and the whole target."""
     space = space_named(space_name)
-    best = load_best(space_name)
-    spec = space.render(space.complete(best["params"]))
-    model = PerfModel.build(space.hardware, space.model, spec.argv, spec.env)
-    walls = {
-        m.concurrency: m.wall_s for m in map(summarize, simulate_sweep(model, space.workload, noise=0.0))
-    }
+    params = space.complete(load_best(space_name)["params"])
     return {
         "startup_s": SIM_STARTUP_S,
-        "proxy_s": sum(walls[c] for c in space.proxy.levels),
-        "target_s": sum(walls.values()),
+        "proxy_s": sweep(space, params, space.proxy)[1],
+        "target_s": sweep(space, params, space.workload)[1],
     }
 
 
 def analyse(studies: list[Parts], best: dict[str, float], budget: int) -> dict[str, Any]:
     n = len(studies)
     total = sum(sum(s.values()) for s, _ in studies) / n
-    rows = {
-        part: {
+    rows = {}
+    for part, label in PARTS.items():
+        seconds = sum(s[part] for s, _ in studies) / n
+        rows[part] = {
             "label": label,
-            "server_h": sum(s[part] for s, _ in studies) / n / 3600,
-            "share": sum(s[part] for s, _ in studies) / n / total if total else 0.0,
+            "server_h": seconds / 3600,
+            "share": seconds / total if total else 0.0,
             "per_study": sum(c[part] for _, c in studies) / n,
         }
-        for part, label in PARTS.items()
-    }
     return {
         "seeds": n,
         "budget": budget,
