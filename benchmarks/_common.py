@@ -3,11 +3,12 @@ the full reference sweep, the best of the space, the machine a run happened on."
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import platform
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -109,6 +110,28 @@ def machine() -> str:
         f"{platform.platform(terse=True)} {platform.machine()}, Python {platform.python_version()}, "
         f"{os.cpu_count()} cores, OpenBLAS {_blas.coretype()} kernels"
     )
+
+
+def per_seed(
+    doc: str | None, study: Callable[[str, int, int], Any], argv: list[str] | None = None
+) -> tuple[argparse.Namespace, list[Any]]:
+    """Parse a per-space benchmark's arguments (``--space``, ``--seeds``, ``--budget``,
+    ``--jobs``) and run ``study(space, seed, budget)`` for each seed on ``--jobs`` worker
+    processes; the arguments and the results in seed order. The space's stored best is read
+    first, so a missing one is said before any study runs."""
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--space", default=DEFAULT_SPACE, help="a space of the project or of the suite")
+    ap.add_argument("--seeds", type=int, default=20)
+    ap.add_argument("--budget", type=int, default=40)
+    ap.add_argument("--jobs", type=int, default=2, help="worker processes (default 2)")
+    args = ap.parse_args(argv)
+    load_best(args.space)
+    from joblib import Parallel, delayed
+
+    results = Parallel(n_jobs=args.jobs)(
+        delayed(study)(args.space, seed, args.budget) for seed in range(args.seeds)
+    )
+    return args, list(results)
 
 
 def write_result(name: str, data: dict[str, Any]) -> Path:

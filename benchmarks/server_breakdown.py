@@ -20,7 +20,6 @@ Results: benchmarks/results/server_breakdown.json (other spaces: server_breakdow
 
 from __future__ import annotations
 
-import argparse
 import sys
 import tempfile
 from collections import Counter
@@ -29,12 +28,11 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from _common import load_best, result_name, space_named, sweep, write_result
+from _common import load_best, per_seed, result_name, space_named, sweep, write_result
 from _tables import format_table
 
 from studies import STRATEGIES, Job
 from tuner.measurers import SIM_STARTUP_S
-from tuner.space import DEFAULT_SPACE
 from tuner.trial_record import TrialRecord
 
 #: The parts of a study's server time, in table order, with their labels.
@@ -137,18 +135,8 @@ def text(summary: dict[str, Any], space: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--space", default=DEFAULT_SPACE, help="a space of the project or of the suite")
-    ap.add_argument("--seeds", type=int, default=20)
-    ap.add_argument("--budget", type=int, default=40)
-    ap.add_argument("--jobs", type=int, default=2, help="worker processes (default 2)")
-    args = ap.parse_args(argv)
-    from joblib import Parallel, delayed
-
-    studies = Parallel(n_jobs=args.jobs)(
-        delayed(study_parts)(args.space, seed, args.budget) for seed in range(args.seeds)
-    )
-    summary = analyse(list(studies), best_launch(args.space), args.budget)
+    args, studies = per_seed(__doc__, study_parts, argv)
+    summary = analyse(studies, best_launch(args.space), args.budget)
     write_result(result_name("server_breakdown", args.space), summary)
     print(text(summary, args.space))
     return summary
