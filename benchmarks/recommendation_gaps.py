@@ -8,15 +8,17 @@ benchmarks/space_best.py). For every parameter the two set differently it measur
 noise-free, what setting that parameter alone to the best's value does to the
 recommendation: a gain, a loss, or a configuration that no longer launches or meets the
 objective's constraints (the best's value belongs to another basin: a layout that needs
-other settings with it). And it says whether the study launched the best's value of that
-parameter at all, in any configuration.
+other settings with it). And it says whether any launch of the study that ran to the end
+set the best's value of that parameter, in any configuration, and if not, whether a launch
+the pruner cut short did.
 
-That splits a miss into two kinds that call for different work: a value the walk never
-launched (search coverage: the order of its moves, the budget) and a value it launched and
-judged wrongly (noise, pooling, the incumbent rule). Per parameter the table gives the
-seeds where the recommendation differs from the best, those where the best's value alone
-gains more than :data:`WORTH` (and their median gain), and how many of those studies never
-launched that value.
+That splits a miss into kinds that call for different work: a value the study never
+launched (search coverage: the order of its moves, the budget), one it launched only in
+pruned launches (the pruner's verdict, which also makes a value hopeless to the sampler),
+and one it measured and judged wrongly (noise, pooling, the incumbent rule). Per parameter
+the table gives the seeds where the recommendation differs from the best, those where the
+best's value alone gains more than :data:`WORTH` (and their median gain), how many of those
+studies never ran that value to the end, and of those how many had it in pruned launches.
 
 Results: benchmarks/results/recommendation_gaps.json (other spaces:
 recommendation_gaps-<space>.json).
@@ -35,6 +37,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from _common import load_best, per_seed, result_name, space_named, write_result
 from _tables import format_table
+from optuna.trial import TrialState
 from space_best import true_value
 
 from studies import STRATEGIES, Job, recommendations
@@ -61,6 +64,7 @@ def study_gaps(space_name: str, seed: int, budget: int) -> dict[str, Any]:
         trials = search.study.get_trials(deepcopy=False)
         recommended = recommendations(search.study)[-1] if trials else None
         launched = [space.complete(dict(t.params)) for t in trials if estimates.launched(t)]
+        pruned = [space.complete(dict(t.params)) for t in trials if t.state == TrialState.PRUNED]
     if recommended is None:
         return {"seed": seed, "share": 0.0, "knobs": {}}
     rec = space.complete(recommended)
@@ -75,6 +79,7 @@ def study_gaps(space_name: str, seed: int, budget: int) -> dict[str, Any]:
             "best": best_params[name],
             "fixed_share": true_value(space, fixed, truth) / best_value,
             "launched": any(repr(p.get(name)) == repr(best_params[name]) for p in launched),
+            "pruned": any(repr(p.get(name)) == repr(best_params[name]) for p in pruned),
         }
     return {"seed": seed, "share": share, "knobs": knobs}
 
@@ -86,7 +91,9 @@ def analyse(studies: list[dict[str, Any]]) -> dict[str, Any]:
     rows: dict[str, dict[str, Any]] = {}
     for s in studies:
         for name, k in s["knobs"].items():
-            row = rows.setdefault(name, {"differ": 0, "worth": [], "never_launched": 0, "breaks": 0})
+            row = rows.setdefault(
+                name, {"differ": 0, "worth": [], "never_launched": 0, "pruned_only": 0, "breaks": 0}
+            )
             row["differ"] += 1
             if k["fixed_share"] == 0:
                 row["breaks"] += 1
@@ -94,12 +101,14 @@ def analyse(studies: list[dict[str, Any]]) -> dict[str, Any]:
             if gain > WORTH:
                 row["worth"].append(gain)
                 row["never_launched"] += not k["launched"]
+                row["pruned_only"] += not k["launched"] and k["pruned"]
     table = {
         name: {
             "differ": r["differ"],
             "worth_seeds": len(r["worth"]),
             "median_gain": statistics.median(r["worth"]) if r["worth"] else None,
             "never_launched": r["never_launched"],
+            "pruned_only": r["pruned_only"],
             "breaks": r["breaks"],
         }
         for name, r in sorted(rows.items(), key=lambda kv: (-len(kv[1]["worth"]), -kv[1]["differ"], kv[0]))
@@ -121,7 +130,9 @@ def text(summary: dict[str, Any], space: str, budget: int) -> str:
             str(r["differ"]),
             str(r["worth_seeds"]),
             "" if r["median_gain"] is None else f"{r['median_gain']:+.1%}",
-            str(r["never_launched"]),
+            f"{r['never_launched']} ({r['pruned_only']} pruned)"
+            if r["pruned_only"]
+            else str(r["never_launched"]),
             str(r["breaks"]),
         ]
         for name, r in summary["knobs"].items()
@@ -137,7 +148,7 @@ def text(summary: dict[str, Any], space: str, budget: int) -> str:
                     "differs",
                     f"best's value alone > +{WORTH:.0%}",
                     "median gain",
-                    "of those, never launched",
+                    "of those, never run to the end",
                     "alone breaks it",
                 ],
                 rows,
