@@ -40,7 +40,7 @@ from _tables import format_table
 from optuna.trial import TrialState
 from space_best import true_value
 
-from studies import STRATEGIES, Job, recommendations
+from studies import STRATEGIES, Job
 from tuner import estimates
 from tuner.budget import StudyStopped
 
@@ -62,7 +62,8 @@ def study_gaps(space_name: str, seed: int, budget: int) -> dict[str, Any]:
         with contextlib.suppress(StudyStopped):  # the study ends there, as `tuner search` does
             search.run()
         trials = search.study.get_trials(deepcopy=False)
-        recommended = recommendations(search.study)[-1] if trials else None
+        pick = estimates.best(trials)  # what `tuner best` recommends at the end
+        recommended = dict(pick.trial.params) if pick is not None else None
         launched = [space.complete(dict(t.params)) for t in trials if estimates.launched(t)]
         pruned = [space.complete(dict(t.params)) for t in trials if t.state == TrialState.PRUNED]
     if recommended is None:
