@@ -8,8 +8,9 @@ the test is skipped without it). Three enqueued trials of the packaged space
 
 * ``--max-num-seqs 1`` and ``8`` (the latter with prefix caching off, so that vLLM itself
   accepts the tuner's spelling of that flag) run the burst of 8 requests of 256 tokens:
-  both must launch, measure and stop, and 8 running sequences must beat 1 by a wide margin
-  (1 serialises the burst; the prompts are random, so prefix caching changes nothing);
+  both must launch, measure and stop, 8 running sequences must beat 1, and the requests'
+  end times must show how each server ran the burst (1 serialises it, 8 batches it; the
+  prompts are random, so prefix caching changes nothing);
 * ``--max-model-len 65536`` is beyond the model's 2,048 positions: the launch rules cannot
   know that (it needs the model's config), vLLM refuses it at start-up, and the trial must
   be recorded as ``invalid-args`` with vLLM's own message.
@@ -160,12 +161,20 @@ def test_real_vllm_study_ranks_batching_and_records_vllms_own_refusal(workdir: P
     print(f"\nreal vLLM study in {elapsed:.0f} s\n" + "\n".join(table))
     assert "--no-enable-prefix-caching" in eight.user_attrs["argv"]
     assert "--no-enable-prefix-caching" not in one.user_attrs["argv"]
-    # 8 running sequences share each decode step; 1 serialises the burst. Measured apart by
-    # 5.6x on an idle two-core host, 3.2x while a two-worker benchmark ran beside it, and once
-    # by only 1.48x in a full test run: the bar sits under the worst seen, far above the ~1x
-    # of a server that ignores --max-num-seqs. (The tiny model streams each reply in one
-    # chunk, so TTFT cannot show the queueing instead.)
-    assert eight.value >= 1.25 * one.value, table
+    # 8 running sequences share each decode step; 1 serialises the burst. The throughput gap
+    # depends on what else the host runs (5.6x idle, 3.2x beside a two-worker benchmark, down
+    # to 1.15x in a loaded CI run), so the ranking is held only to its sign; what shows that
+    # vLLM obeyed the flag is the shape of the burst, which contention stretches evenly: served
+    # one at a time, the median request ends about halfway through the level (4.5/8 of it),
+    # served together, they all end near its close.
+    assert eight.value > one.value, table
+    (one_level,), (eight_level,) = one.user_attrs["levels"], eight.user_attrs["levels"]
+    median_end = {mns: lv["e2e_s_p50"] / lv["wall_s"] for mns, lv in ((1, one_level), (8, eight_level))}
+    print(
+        "median request's end, as a share of the level: "
+        + ", ".join(f"{k}: {v:.2f}" for k, v in median_end.items())
+    )
+    assert median_end[1] < 0.75 < 0.85 < median_end[8], (median_end, table)
 
     assert refused.user_attrs["outcome"] == "failed", refused.user_attrs
     assert refused.user_attrs["failure_class"] == "invalid-args", refused.user_attrs["reason"]
