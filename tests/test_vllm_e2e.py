@@ -8,9 +8,8 @@ the test is skipped without it). Three enqueued trials of the packaged space
 
 * ``--max-num-seqs 1`` and ``8`` (the latter with prefix caching off, so that vLLM itself
   accepts the tuner's spelling of that flag) run the burst of 8 requests of 256 tokens:
-  both must launch, measure and stop, 8 running sequences must beat 1, and the requests'
-  end times must show how each server ran the burst (1 serialises it, 8 batches it; the
-  prompts are random, so prefix caching changes nothing);
+  both must launch, measure and stop, and 8 running sequences must beat 1 (1 serialises
+  the burst; the prompts are random, so prefix caching changes nothing);
 * ``--max-model-len 65536`` is beyond the model's 2,048 positions: the launch rules cannot
   know that (it needs the model's config), vLLM refuses it at start-up, and the trial must
   be recorded as ``invalid-args`` with vLLM's own message.
@@ -149,7 +148,6 @@ def test_real_vllm_study_ranks_batching_and_records_vllms_own_refusal(workdir: P
     one, eight, refused = trials
     measured = {1: one, 8: eight}
     table = []
-    median_end = {}  # the median request's end, as a share of the level's wall time
     for mns, t in measured.items():
         assert t.state == optuna.trial.TrialState.COMPLETE, (mns, t.user_attrs.get("reason"))
         assert t.user_attrs["outcome"] == "complete"
@@ -158,23 +156,15 @@ def test_real_vllm_study_ranks_batching_and_records_vllms_own_refusal(workdir: P
         assert level["concurrency"] == 8 and level["completed"] == 8 and level["failed"] == 0
         assert level["output_tokens"] == 8 * 256  # ignore_eos: exactly max_tokens each
         assert t.user_attrs["startup_s"] > 5
-        median_end[mns] = level["e2e_s_p50"] / level["wall_s"]
-        table.append(
-            f"max-num-seqs {mns}: {t.value:7.1f} tok/s, start-up {t.user_attrs['startup_s']:.1f} s, "
-            f"median request ends at {median_end[mns]:.2f} of the level"
-        )
+        table.append(f"max-num-seqs {mns}: {t.value:7.1f} tok/s, start-up {t.user_attrs['startup_s']:.1f} s")
     print(f"\nreal vLLM study in {elapsed:.0f} s\n" + "\n".join(table))
     assert "--no-enable-prefix-caching" in eight.user_attrs["argv"]
     assert "--no-enable-prefix-caching" not in one.user_attrs["argv"]
-    # 8 running sequences share each decode step; 1 serialises the burst. The throughput gap
-    # depends on what else the host runs (5.6x idle, 3.2x beside a two-worker benchmark, down
-    # to 1.15x in a loaded CI run), so the ranking is held only to its sign; and so is the
-    # burst's shape: served one at a time, the median request ends 4.5/8 of the way through
-    # the level in theory (0.55-0.76 measured in six runs), served together near its close
-    # (0.77-0.99 in seven, the low end where the level lasts under a second), and the batched
-    # burst ended later in every run that recorded both.
+    # 8 running sequences share each decode step; 1 serialises the burst. The gap depends on
+    # what else the host runs (5.6x idle, 3.2x beside a two-worker benchmark, down to 1.15x in
+    # a loaded CI run), so the ranking is held only to its sign. (The order in which requests
+    # end is no steadier: the median one ended at 0.55-1.00 of the level served one at a time.)
     assert eight.value > one.value, table
-    assert median_end[1] < median_end[8], (median_end, table)
 
     assert refused.user_attrs["outcome"] == "failed", refused.user_attrs
     assert refused.user_attrs["failure_class"] == "invalid-args", refused.user_attrs["reason"]
