@@ -205,6 +205,42 @@ def test_the_verdict_says_how_sure_the_winner_meets_the_floor(workdir: Path):
     assert not any(x.startswith("single-stream") for x in found.lines())
 
 
+def test_the_verdict_says_when_requests_waited_for_room_to_start():
+    """On the reference host at C=256 and 2048 tokens, a memory fraction of 0.86 leaves too
+    little KV cache for every request to start at once: the verdict names the level and the
+    TTFT tail. At C=32 nothing waits, and the verdict says nothing of it."""
+    space = load_space(resolve_space(REFERENCE))
+    spec = space.render(space.complete({"layout": "tp8", "ep_size": 8, "mem_fraction_static": 0.86}))
+
+    def verdict_at(levels: tuple[int, ...]) -> verdict.Verdict:
+        m = SimMeasurer(space.hardware, space.model, noise=0.0).measure(
+            spec,
+            space.workload,
+            Objective(),
+            trial_label="x",
+            seed=0,
+            on_level=lambda *_: True,
+            levels=levels,
+        )
+        peak = max(lv.output_tok_s for lv in m.levels)
+        study = optuna.create_study(direction="maximize")
+        study.add_trial(_trial(0, 8, peak, levels=[lv.model_dump(exclude_none=True) for lv in m.levels]))
+        found = verdict.verdict(study)
+        assert found is not None
+        return found
+
+    full = verdict_at((32, 256))
+    held = full.held_back()
+    assert held is not None and held["concurrency"] == 256
+    assert held["ttft_s_p99"] > verdict.HELD_BACK_RATIO * held["ttft_s_p50"]
+    (line,) = [x for x in full.lines() if "waited for room" in x]
+    assert line.startswith("at C=256: requests waited for room to start (TTFT p99 ")
+    assert full.as_dict()["held_back"] == held
+    light = verdict_at((32,))
+    assert light.held_back() is None and light.as_dict()["held_back"] is None
+    assert not any("waited for room" in x for x in light.lines())
+
+
 def test_the_end_of_the_budget_launches_the_models_pick(workdir: Path):
     """The additive model's pick, on the reference space: in the last trials, the leader with
     the changes the whole study favours beyond noise, a configuration not measured before.

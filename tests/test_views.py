@@ -137,7 +137,9 @@ def test_best_states_its_confidence_in_the_unit_and_json(searched):
     assert re.search(r"# estimate \d+ tok/s \(interval \d+\.\.\d+, \+-1 standard error at [\d.]+% ", text)
     assert re.search(r"rests on \d+ launch(es)? \(#\d+", text)
     assert re.search(r"# runner-up: trial #\d+, estimate \d+ tok/s, [\d.]+% below", text)
-    assert re.search(r"# at C=256: [\d.]+ tok/s per user, ITL p50 \d+ ms, TTFT p99 [\d.]+ s", text)
+    # The winning level (C=192 or C=256 here) turns on a near-tie that numpy's BLAS kernels
+    # round one way or the other on different CPUs.
+    assert re.search(r"# at C=(192|256): [\d.]+ tok/s per user, ITL p50 \d+ ms, TTFT p99 [\d.]+ s", text)
     doc = json.loads(tuner("best", "--format", "json", cwd=where).stdout)
     conf = doc["confidence"]
     assert conf["interval"][0] < conf["estimate"] < conf["interval"][1]

@@ -19,6 +19,18 @@ from tuner import estimates
 from tuner.estimates import CONFIDENCE_Z, FLOOR_CONFIDENCE, FLOOR_SE
 from tuner.trial_record import TrialRecord
 
+#: A level's first-token tail reads as requests held back for room (the KV cache or the
+#: running-request cap full, so that they start only as others finish) when its p99 is this
+#: many times its median. Queueing for prefill alone does not do that: a burst's requests are
+#: prefilled in arrival order, which spreads their TTFT evenly up to about twice the median.
+#: In the simulator of the reference host (C=256, 2048 tokens), the memory fraction 0.86
+#: gives p99 56 s against a median of 8.6 s, 0.94 gives 27 s against 2.0 s, and a request
+#: cap of 128 gives 181 s against 20 s; C=32 gives p99 = median.
+HELD_BACK_RATIO = 4.0
+#: ... and the tail is at least this share of the level's wall time: a second's wait on a
+#: level of a minute is no reason to resize anything.
+HELD_BACK_WALL_SHARE = 0.05
+
 
 @dataclass(frozen=True)
 class Verdict:
@@ -77,6 +89,20 @@ class Verdict:
             "ttft_s_p99": lv.get("ttft_s_p99"),
         }
 
+    def held_back(self) -> dict[str, Any] | None:
+        """The winner's heaviest measured level whose requests waited for room to start
+        (:data:`HELD_BACK_RATIO`, :data:`HELD_BACK_WALL_SHARE`): concurrency, TTFT median
+        and p99, and wall time; None when no level shows it."""
+        held = []
+        for lv in self.winner.levels:
+            p50, p99, wall = lv.get("ttft_s_p50"), lv.get("ttft_s_p99"), lv.get("wall_s")
+            if p50 is None or p99 is None or not wall or (lv.get("concurrency") or 0) <= 1:
+                continue
+            if p99 > HELD_BACK_RATIO * p50 and p99 > HELD_BACK_WALL_SHARE * wall:
+                c = lv["concurrency"]
+                held.append({"concurrency": c, "ttft_s_p50": p50, "ttft_s_p99": p99, "wall_s": wall})
+        return max(held, key=lambda h: h["concurrency"]) if held else None
+
     def lines(self, unit: str = "tok/s") -> list[str]:
         """The verdict in a few lines of plain text."""
         w = self.winner
@@ -115,6 +141,14 @@ class Verdict:
             if lat.get("ttft_s_p99") is not None:
                 parts.append(f"TTFT p99 {lat['ttft_s_p99']:.2f} s")
             out.append(" ".join(parts[:1]) + " " + ", ".join(parts[1:]))
+        if (held := self.held_back()) is not None:
+            out.append(
+                f"at C={held['concurrency']}: requests waited for room to start (TTFT p99 "
+                f"{held['ttft_s_p99']:.1f} s against a median of {held['ttft_s_p50']:.1f} s): the KV "
+                "cache or the running-request cap was full, so they started only as others finished; "
+                "more memory for the KV cache, a higher request cap or fewer concurrent requests "
+                "admits them sooner"
+            )
         return out
 
     def floor_line(self) -> str | None:
@@ -149,6 +183,7 @@ class Verdict:
                 "within_noise": self.within_noise,
             },
             "at_winning_level": self.latency(),
+            "held_back": self.held_back(),
             "outliers_re_measuring": [{"trial": n, "value": v} for n, v in self.pending],
             "floor_odds": self.floor_odds,
         }
