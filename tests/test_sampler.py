@@ -15,6 +15,7 @@ from tuner import budget, effects, estimates, start_points, trial_record
 from tuner.objectives import Objective
 from tuner.sampler import (
     HOPELESS_PRUNES,
+    ROOM_PRIOR,
     IncumbentLocalSampler,
     Move,
     _launch_odds,
@@ -110,6 +111,50 @@ def test_a_memory_fraction_that_ran_out_of_memory_is_not_expected_to_fit_from_a_
     assert odds(0.95) < 0.5 and odds(0.96) < 0.5
     assert odds(0.94) > 0.85  # short of the failure: nothing says it fails
     assert odds(0.90) > 0.95  # launched twice
+
+
+def test_while_requests_wait_for_room_the_walk_expects_more_room_to_help():
+    # The incumbent's heaviest level: p99 TTFT 50 s against a median of 2 s over a 300 s level,
+    # requests started only as others finished. Its memory fraction is a capacity parameter:
+    # going up is expected to gain, going down to lose; NCCL's protocol is not one. Without
+    # the wait, or once the memory fraction measured a trend, no such prior.
+    dists = {
+        "mem": FloatDistribution(0.80, 0.94, step=0.01),
+        "proto": CategoricalDistribution(["LL", "Simple"]),
+    }
+
+    def incumbent(p99: float) -> optuna.trial.FrozenTrial:
+        level = {
+            "concurrency": 256,
+            "output_tok_s": 1800.0,
+            "wall_s": 300.0,
+            "ttft_s_p50": 2.0,
+            "ttft_s_p99": p99,
+        }
+        return optuna.trial.create_trial(
+            params={"mem": 0.88, "proto": "LL"},
+            distributions=dists,
+            value=1800.0,
+            user_attrs={trial_record.LEVELS: [{"concurrency": 1, "output_tok_s": 60.0}, level]},
+        )
+
+    def gains(best: optuna.trial.FrozenTrial, model: effects.Effects | None = None) -> dict[tuple, float]:
+        sampler = IncumbentLocalSampler(seed=0, capacity=frozenset({"mem"}))
+        return {(m.name, m.value): m.mean for m in sampler._moves(best, model)}
+
+    waiting = gains(incumbent(p99=50.0))
+    assert waiting[("mem", 0.9)] == waiting[("mem", 0.92)] == ROOM_PRIOR > 0
+    assert waiting[("mem", 0.86)] == -ROOM_PRIOR and waiting[("proto", "Simple")] == 0.0
+    assert set(gains(incumbent(p99=2.5)).values()) == {0.0}  # nobody waited
+    # Measured at two memory fractions, flat: the knob's own trend replaces the prior.
+    obs = [effects.Observation({"mem": m, "proto": "LL"}, f"m{m}", 1800.0) for m in (0.86, 0.88)]
+    trend = gains(incumbent(p99=50.0), effects.fit(obs, estimates.NOISE_PRIOR, [1.0, 1.0]))
+    assert abs(trend[("mem", 0.92)]) < 1e-6 and abs(trend[("mem", 0.84)]) < 1e-6
+    # Which parameters are capacity parameters is the engine's word, per space.
+    reference = load_space(resolve_space(DEFAULT_SPACE))
+    assert reference.capacity_parameters() == {"mem_fraction_static", "max_running_requests"}
+    vllm = load_space(resolve_space("vllm-deepseek-v3-8x-h200"))
+    assert vllm.capacity_parameters() == {"gpu_memory_utilization", "max_num_seqs"}
 
 
 def test_a_knob_measured_only_far_from_the_incumbent_is_uncertain_not_flat():

@@ -139,6 +139,7 @@ class Search:
             distributions=space.distributions(),
             feasibility=self._feasibility,
             complete=space.complete,
+            capacity=space.capacity_parameters(),
         )
         self.storage = open_storage(storage)
         self.gate = BudgetGate(self.storage, storage, study_name)

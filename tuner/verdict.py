@@ -17,19 +17,8 @@ import optuna
 
 from tuner import estimates
 from tuner.estimates import CONFIDENCE_Z, FLOOR_CONFIDENCE, FLOOR_SE
+from tuner.metrics import waited_for_room
 from tuner.trial_record import TrialRecord
-
-#: A level's first-token tail reads as requests held back for room (the KV cache or the
-#: running-request cap full, so that they start only as others finish) when its p99 is this
-#: many times its median. Queueing for prefill alone does not do that: a burst's requests are
-#: prefilled in arrival order, which spreads their TTFT evenly up to about twice the median.
-#: In the simulator of the reference host (C=256, 2048 tokens), the memory fraction 0.86
-#: gives p99 56 s against a median of 8.6 s, 0.94 gives 27 s against 2.0 s, and a request
-#: cap of 128 gives 181 s against 20 s; C=32 gives p99 = median.
-HELD_BACK_RATIO = 4.0
-#: ... and the tail is at least this share of the level's wall time: a second's wait on a
-#: level of a minute is no reason to resize anything.
-HELD_BACK_WALL_SHARE = 0.05
 
 
 @dataclass(frozen=True)
@@ -91,17 +80,13 @@ class Verdict:
 
     def held_back(self) -> dict[str, Any] | None:
         """The winner's heaviest measured level whose requests waited for room to start
-        (:data:`HELD_BACK_RATIO`, :data:`HELD_BACK_WALL_SHARE`): concurrency, TTFT median
-        and p99, and wall time; None when no level shows it."""
-        held = []
-        for lv in self.winner.levels:
-            p50, p99, wall = lv.get("ttft_s_p50"), lv.get("ttft_s_p99"), lv.get("wall_s")
-            if p50 is None or p99 is None or not wall or (lv.get("concurrency") or 0) <= 1:
-                continue
-            if p99 > HELD_BACK_RATIO * p50 and p99 > HELD_BACK_WALL_SHARE * wall:
-                c = lv["concurrency"]
-                held.append({"concurrency": c, "ttft_s_p50": p50, "ttft_s_p99": p99, "wall_s": wall})
-        return max(held, key=lambda h: h["concurrency"]) if held else None
+        (:func:`tuner.metrics.waited_for_room`): concurrency, TTFT median and p99, and wall
+        time; None when no level shows it."""
+        held = [lv for lv in self.winner.levels if waited_for_room(lv)]
+        if not held:
+            return None
+        top = max(held, key=lambda lv: lv["concurrency"])
+        return {k: top[k] for k in ("concurrency", "ttft_s_p50", "ttft_s_p99", "wall_s")}
 
     def lines(self, unit: str = "tok/s") -> list[str]:
         """The verdict in a few lines of plain text."""

@@ -180,6 +180,9 @@ class Engine(ABC):
     default_port: ClassVar[int]
     #: whether the built-in simulator models this engine (``--backend sim``, ``--warm-start sim``)
     simulated: ClassVar[bool] = False
+    #: Flags whose higher value lets the server run more requests at once (its KV cache, its
+    #: running-request cap): where requests wait for room, more of them is expected to help.
+    capacity_flags: ClassVar[frozenset[str]] = frozenset()
 
     @abstractmethod
     def parse(self, argv: Sequence[str] | str) -> ServerArgs:

@@ -389,6 +389,7 @@ class SGLangEngine(Engine):
     default_port = 30000
     #: The built-in simulator models SGLang.
     simulated = True
+    capacity_flags = frozenset({"--mem-fraction-static", "--max-running-requests"})
 
     def __init__(self, version: str = DEFAULT_RELEASE) -> None:
         release_table(version)  # KeyError for a release without a flag table

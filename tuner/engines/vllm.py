@@ -334,6 +334,7 @@ class VLLMEngine(Engine):
     ready_pattern = READY_PATTERN
     failure_patterns = FAILURE_PATTERNS
     default_port = DEFAULT_PORT
+    capacity_flags = frozenset({"--gpu-memory-utilization", "--max-num-seqs"})
     #: The simulator models SGLang only: a vLLM space needs a real backend.
     simulated = False
 

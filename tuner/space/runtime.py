@@ -288,6 +288,12 @@ class Space:
         """Every value of every gridable parameter, by name (for exhaustive or local search)."""
         return {p.name: p.spec.values() for p in self._params if p.spec.gridable}
 
+    def capacity_parameters(self) -> frozenset[str]:
+        """Parameters that set one of the engine's capacity flags
+        (:attr:`~tuner.engines.base.Engine.capacity_flags`)."""
+        flags = self.engine.capacity_flags
+        return frozenset(name for name, p in self.parameters.items() if getattr(p, "flag", None) in flags)
+
     def distributions(self) -> dict[str, BaseDistribution]:
         """Optuna distribution of every parameter (regardless of ``when``), by name."""
         return {p.name: p.spec.distribution() for p in self._params}
