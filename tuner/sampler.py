@@ -131,7 +131,7 @@ CONFOUNDED_LAUNCHES = 2
 #: prior (a larger KV cache or request cap admits more requests at once), not a fit. Where
 #: the incumbent waits for room, going up is what the KV pressure of the workload asks; where
 #: it does not, nothing changes (the chat space's KV cache never binds, and an unconditional
-#: prior cost it 2 of 40 seeds). 40 seeds of the reference study: 29 -> 34 within 2% of the
+#: prior cost it 2 of 40 seeds). 80 seeds of the reference study: 54 -> 63 within 2% of the
 #: best; the other tune spaces within one seed, the judged spaces identical or one seed apart.
 ROOM_PRIOR = estimates.NOISE_PRIOR
 
