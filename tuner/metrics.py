@@ -69,12 +69,12 @@ HELD_BACK_RATIO = 4.0
 HELD_BACK_WALL_SHARE = 0.05
 
 
-def waited_for_room(level: LevelMetrics | Mapping[str, Any]) -> bool:
+def waited_for_room(level: Mapping[str, Any]) -> bool:
     """Whether a level's requests waited for room to start (:data:`HELD_BACK_RATIO`,
-    :data:`HELD_BACK_WALL_SHARE`); False for one stream or a level without TTFTs."""
-    lv = level.model_dump() if isinstance(level, LevelMetrics) else level
-    p50, p99, wall = lv.get("ttft_s_p50"), lv.get("ttft_s_p99"), lv.get("wall_s")
-    if not p50 or not p99 or not wall or (lv.get("concurrency") or 0) <= 1:
+    :data:`HELD_BACK_WALL_SHARE`), read from the level as a trial stores it; False for one
+    stream or a level without TTFTs."""
+    p50, p99, wall = level.get("ttft_s_p50"), level.get("ttft_s_p99"), level.get("wall_s")
+    if not p50 or not p99 or not wall or (level.get("concurrency") or 0) <= 1:
         return False
     return p99 > HELD_BACK_RATIO * p50 and p99 > HELD_BACK_WALL_SHARE * wall
 
