@@ -14,12 +14,22 @@ relative standard deviation of the objective next to the prior (over the launche
 the space's floor; those that miss it are counted), so that the noise a study faces on each
 space is a measured figure and not an assumption.
 
+Beside the spread it prints each workload's *speed elasticity*: how many percent the
+objective moves per percent of the server's speed (noise off, the launch's speed factor
+set to 0.98..1.02: the least-squares slope of log(objective) on log(speed)). A
+throughput measured in steady state moves one for one (1.0), and then a launch's 2% speed
+noise is 2% of the objective. Where it moves more, the workload amplifies the host's
+noise: a closed loop whose window covers a few hundred requests of a short trace counts
+whichever of them a faster server reaches, and a KV-bound level admits its queue in
+another order.
+
 Results: benchmarks/results/noise_spread.json.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import statistics
 import sys
 from pathlib import Path
@@ -36,6 +46,25 @@ from tuner import estimates
 from tuner.sim.model import PerfModel
 from tuner.sim.serving import DEFAULT_NOISE, simulate_sweep
 from tuner.workload import Workload
+
+#: Launch speed factors (step time x factor) the elasticity is fitted over: +-2%, one
+#: launch's noise either way.
+ELASTICITY_FACTORS = (0.98, 0.99, 1.0, 1.01, 1.02)
+
+
+def elasticity(model: PerfModel, workload: Workload, objective: Any) -> float | None:
+    """The slope of log(objective) on log(server speed) over :data:`ELASTICITY_FACTORS`,
+    noise off; None where a launch misses the space's floor."""
+    xs, ys = [], []
+    for factor in ELASTICITY_FACTORS:
+        value = objective_value(
+            objective, simulate_sweep(model, workload, noise=0.0, requests_seed=0, launch_factor=factor)
+        )
+        if value <= 0:
+            return None
+        xs.append(-math.log(factor))  # a step 2% longer is a server 2% slower
+        ys.append(math.log(value))
+    return statistics.linear_regression(xs, ys).slope
 
 
 def spread(space_name: str, runs: int) -> dict[str, Any]:
@@ -64,12 +93,17 @@ def spread(space_name: str, runs: int) -> dict[str, Any]:
             "min_share": min(met) / mean if met else None,
             "max_share": max(met) / mean if met else None,
             "zero": len(values) - len(met),
+            "speed_elasticity": elasticity(model, workload, objective),
         }
     return out
 
 
 def _pct(value: float | None) -> str:
     return "-" if value is None else f"{100 * value:.1f}%"
+
+
+def _ratio(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -107,10 +141,19 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             _pct(r["target"]["sd_share"]),
             f"{_pct(r['target']['min_share'])}..{_pct(r['target']['max_share'])}",
             str(r["proxy"]["zero"] + r["target"]["zero"]),
+            _ratio(r["target"]["speed_elasticity"]),
         ]
         for r in rows
     ]
-    header = ["space", "proxy sd", "proxy range / mean", "target sd", "target range / mean", "below floor"]
+    header = [
+        "space",
+        "proxy sd",
+        "proxy range / mean",
+        "target sd",
+        "target range / mean",
+        "below floor",
+        "target's speed elasticity",
+    ]
     print(format_table(header, table))
     return summary
 

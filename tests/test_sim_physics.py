@@ -167,6 +167,23 @@ def test_a_request_set_is_the_same_on_every_launch_and_the_launch_noise_is_not()
         assert other[:n] != a[:n]
 
 
+def test_a_slower_launch_streams_a_burst_as_much_slower_and_no_more():
+    """A launch's speed factor scales every step: a burst of requests (all sent at once)
+    then takes that much longer, so its throughput moves one for one with the server's
+    speed, and a launch's 2% noise is 2% of the figure (benchmarks/noise_spread.py prints
+    where a workload moves more: an SLO, or a closed loop's fixed window)."""
+    pm = build()
+    wl = Workload(levels=(32,), max_tokens=512)
+
+    def tok_s(factor: float) -> float:
+        (level,) = simulate_sweep(pm, wl, noise=0.0, requests_seed=0, launch_factor=factor)
+        return summarize(level).output_tok_s
+
+    base, slow, fast = tok_s(1.0), tok_s(1.02), tok_s(0.98)
+    assert slow / base == pytest.approx(1 / 1.02, rel=0.003)
+    assert fast / base == pytest.approx(1 / 0.98, rel=0.003)
+
+
 def test_ignore_eos_generates_exactly_max_tokens():
     wl = Workload(levels=(8,), max_tokens=300, ignore_eos=True)
     (level,) = simulate_sweep(build(), wl, noise=0)

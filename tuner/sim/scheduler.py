@@ -43,10 +43,13 @@ class SglangScheduler:
 
     Holds the launch's limits (KV pool, running-request cap, prefill chunk, decode steps
     per iteration), the current ``new_token_ratio``, and the random stream of the step
-    noise; the per-launch factor is drawn from it on construction.
+    noise; the per-launch factor is drawn from it on construction, unless ``launch_factor``
+    sets it (a what-if: how a workload's figures answer a server 2% slower).
     """
 
-    def __init__(self, model: PerfModel, *, rng: np.random.Generator, noise: float):
+    def __init__(
+        self, model: PerfModel, *, rng: np.random.Generator, noise: float, launch_factor: float | None = None
+    ):
         mem = model.memory
         self.kv_tokens = int(mem.kv_tokens)
         self.max_running_requests = int(mem.max_running_requests)
@@ -55,7 +58,8 @@ class SglangScheduler:
         self.noise = noise
         self.rng = rng
         #: One slow or fast launch: every step of this server is scaled by it.
-        self.launch_factor = float(rng.lognormal(0.0, noise)) if noise > 0 else 1.0
+        drawn = float(rng.lognormal(0.0, noise)) if noise > 0 else 1.0
+        self.launch_factor = drawn if launch_factor is None else launch_factor
         self.new_token_ratio = INIT_NEW_TOKEN_RATIO
 
     # --- admission ------------------------------------------------------------------------

@@ -74,11 +74,12 @@ class ServingSimulator:
         seed: int = 0,
         noise: float = DEFAULT_NOISE,
         requests_seed: int | None = None,
+        launch_factor: float | None = None,
     ):
         self.model = model
         self.rng = np.random.default_rng(seed)
         #: SGLang's decisions (the per-launch factor, step noise), drawn from the launch's stream.
-        self.policy = SglangScheduler(model, rng=self.rng, noise=noise)
+        self.policy = SglangScheduler(model, rng=self.rng, noise=noise, launch_factor=launch_factor)
         #: Seed of the request set (arrivals, prompt and reply lengths), drawn per level from
         #: ``[requests_seed, concurrency]`` as the load generator draws its prompts, so two
         #: launches given the same one serve the same requests; None: from the launch's stream.
@@ -351,13 +352,17 @@ def simulate_sweep(
     noise: float = DEFAULT_NOISE,
     on_level: Callable[[LevelMetrics], bool | None] | None = None,
     requests_seed: int | None = None,
+    launch_factor: float | None = None,
 ) -> list[LevelRecords]:
     """Warm up, then run the workload's levels lowest first on one launched server.
 
     ``on_level`` sees each level's metrics; returning ``False`` stops the sweep (pruning).
-    ``requests_seed`` fixes the request set (see :class:`ServingSimulator`).
+    ``requests_seed`` fixes the request set (see :class:`ServingSimulator`);
+    ``launch_factor`` the launch's speed (every step scaled by it) instead of drawing it.
     """
-    sim = ServingSimulator(model, seed=seed, noise=noise, requests_seed=requests_seed)
+    sim = ServingSimulator(
+        model, seed=seed, noise=noise, requests_seed=requests_seed, launch_factor=launch_factor
+    )
     sim.warm_up(workload)
     out = []
     for c in workload.levels:
