@@ -58,6 +58,7 @@ class SglangScheduler:
         self.noise = noise
         self.rng = rng
         #: One slow or fast launch: every step of this server is scaled by it.
+        # Drawn even when set, so the step noise that follows is the same stream either way.
         drawn = float(rng.lognormal(0.0, noise)) if noise > 0 else 1.0
         self.launch_factor = drawn if launch_factor is None else launch_factor
         self.new_token_ratio = INIT_NEW_TOKEN_RATIO
