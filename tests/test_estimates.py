@@ -206,14 +206,17 @@ def test_the_verdict_says_how_sure_the_winner_meets_the_floor(workdir: Path):
     assert not any(x.startswith("single-stream") for x in found.lines())
 
 
-def test_the_verdict_says_when_requests_waited_for_room_to_start():
+def test_the_verdict_says_when_requests_waited_for_room_to_start_and_which_limit_held_them():
     """On the reference host at C=256 and 2048 tokens, a memory fraction of 0.86 leaves too
-    little KV cache for every request to start at once: the verdict names the level and the
-    TTFT tail. At C=32 nothing waits, and the verdict says nothing of it."""
+    little KV cache for every request to start at once: the verdict names the level, the
+    TTFT tail and, from the server's own running-request cap (256, not below C), the KV cache.
+    A cap of 128 with room in the KV cache holds half of them back instead, and the verdict
+    says so. At C=32 nothing waits, and the verdict says nothing of it."""
     space = load_space(resolve_space(REFERENCE))
-    spec = space.render(space.complete({"layout": "tp8", "ep_size": 8, "mem_fraction_static": 0.86}))
 
-    def verdict_at(levels: tuple[int, ...]) -> verdict.Verdict:
+    def verdict_at(levels: tuple[int, ...], **params: Any) -> verdict.Verdict:
+        base = {"layout": "tp8", "ep_size": 8, "mem_fraction_static": 0.86, "max_running_requests": 256}
+        spec = space.render(space.complete({**base, **params}))
         m = SimMeasurer(space.hardware, space.model, noise=0.0).measure(
             spec,
             space.workload,
@@ -225,21 +228,39 @@ def test_the_verdict_says_when_requests_waited_for_room_to_start():
         )
         peak = max(lv.output_tok_s for lv in m.levels)
         study = optuna.create_study(direction="maximize")
-        study.add_trial(_trial(0, 8, peak, levels=[lv.model_dump(exclude_none=True) for lv in m.levels]))
+        levels_attr = [lv.model_dump(exclude_none=True) for lv in m.levels]
+        study.add_trial(_trial(0, 8, peak, levels=levels_attr, server_info=m.server_info))
         found = verdict.verdict(study)
         assert found is not None
         return found
 
     full = verdict_at((32, 256))
     held = full.held_back()
-    assert held is not None and held["concurrency"] == 256
+    assert held is not None and held["concurrency"] == 256 and held["request_cap"] >= 256
     assert held["ttft_s_p99"] > HELD_BACK_RATIO * held["ttft_s_p50"]
     (line,) = [x for x in full.lines() if "waited for room" in x]
     assert line.startswith("at C=256: requests waited for room to start (TTFT p99 ")
+    assert "the KV cache was full" in line and "request cap" not in line.split("admits")[0].split("),")[-1]
     assert full.as_dict()["held_back"] == held
+
+    capped = verdict_at((32, 256), max_running_requests=128, mem_fraction_static=0.92)
+    held = capped.held_back()
+    assert held is not None and held["request_cap"] == 128
+    (line,) = [x for x in capped.lines() if "waited for room" in x]
+    assert "at most 128 requests at once, fewer than C=256" in line and "a higher request cap" in line
+
     light = verdict_at((32,))
     assert light.held_back() is None and light.as_dict()["held_back"] is None
     assert not any("waited for room" in x for x in light.lines())
+
+
+def test_a_server_that_reports_no_request_cap_leaves_both_limits_named():
+    assert verdict.running_request_cap({}) is None
+    assert verdict.running_request_cap({"max_running_requests": None, "internal_states": []}) is None
+    # SGLang's scheduler reports the cap it resolved (below the flag where the KV pool is small).
+    info = {"max_running_requests": 512, "internal_states": [{"max_running_requests": 300}]}
+    assert verdict.running_request_cap(info) == 300
+    assert verdict.running_request_cap({"max_running_requests": 256}) == 256
 
 
 def test_the_end_of_the_budget_launches_the_models_pick(workdir: Path):

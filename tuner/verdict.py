@@ -10,12 +10,13 @@ apart; saying so is part of the answer. The interval is the estimate plus and mi
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import optuna
 
-from tuner import estimates
+from tuner import estimates, trial_record
 from tuner.estimates import CONFIDENCE_Z, FLOOR_CONFIDENCE, FLOOR_SE
 from tuner.metrics import waited_for_room
 from tuner.trial_record import TrialRecord
@@ -86,7 +87,40 @@ class Verdict:
         if not held:
             return None
         top = max(held, key=lambda lv: lv["concurrency"])
-        return {k: top[k] for k in ("concurrency", "ttft_s_p50", "ttft_s_p99", "wall_s")}
+        out = {k: top[k] for k in ("concurrency", "ttft_s_p50", "ttft_s_p99", "wall_s")}
+        out["request_cap"] = running_request_cap(self.winner.attrs.get(trial_record.SERVER_INFO) or {})
+        return out
+
+    def held_back_line(self) -> str | None:
+        """What held the winner's requests back (:meth:`held_back`) and what admits them
+        sooner. The server's own running-request cap tells the two limits apart: a cap at or
+        above the level's concurrency held none of them back, so the KV cache did; one below
+        it did (and the KV cache may as well)."""
+        held = self.held_back()
+        if held is None:
+            return None
+        c, cap = held["concurrency"], held["request_cap"]
+        said = (
+            f"at C={c}: requests waited for room to start (TTFT p99 {held['ttft_s_p99']:.1f} s "
+            f"against a median of {held['ttft_s_p50']:.1f} s): "
+        )
+        if cap is None:
+            return said + (
+                "the KV cache or the running-request cap was full, so they started only as others "
+                "finished; more memory for the KV cache, a higher request cap or fewer concurrent "
+                "requests admits them sooner"
+            )
+        if cap >= c:
+            return said + (
+                f"the KV cache was full (the server's running-request cap, {cap}, is not below "
+                f"C={c}), so they started only as others finished; more memory for the KV cache "
+                "or fewer concurrent requests admits them sooner"
+            )
+        return said + (
+            f"the server runs at most {cap} requests at once, fewer than C={c}, so the rest "
+            "started only as others finished; a higher request cap (where the KV cache holds "
+            "them) or fewer concurrent requests admits them sooner"
+        )
 
     def lines(self, unit: str = "tok/s") -> list[str]:
         """The verdict in a few lines of plain text."""
@@ -126,14 +160,8 @@ class Verdict:
             if lat.get("ttft_s_p99") is not None:
                 parts.append(f"TTFT p99 {lat['ttft_s_p99']:.2f} s")
             out.append(" ".join(parts[:1]) + " " + ", ".join(parts[1:]))
-        if (held := self.held_back()) is not None:
-            out.append(
-                f"at C={held['concurrency']}: requests waited for room to start (TTFT p99 "
-                f"{held['ttft_s_p99']:.1f} s against a median of {held['ttft_s_p50']:.1f} s): the KV "
-                "cache or the running-request cap was full, so they started only as others finished; "
-                "more memory for the KV cache, a higher request cap or fewer concurrent requests "
-                "admits them sooner"
-            )
+        if (held := self.held_back_line()) is not None:
+            out.append(held)
         return out
 
     def floor_line(self) -> str | None:
@@ -202,6 +230,18 @@ def verdict(study: optuna.Study) -> Verdict | None:
         ),
         floor_odds=lead.floor_odds if _has_floor(trials) else None,
     )
+
+
+def running_request_cap(server_info: Mapping[str, Any]) -> int | None:
+    """The most requests the server runs at once, as it reported it (``/server_info``): the
+    scheduler's resolved value (``internal_states``, SGLang; it is below the flag where the
+    KV pool holds fewer) before the launch argument; None when the server said neither."""
+    states = server_info.get("internal_states")
+    first = states[0] if isinstance(states, list) and states and isinstance(states[0], Mapping) else {}
+    for cap in (first.get("max_running_requests"), server_info.get("max_running_requests")):
+        if isinstance(cap, int) and not isinstance(cap, bool) and cap > 0:
+            return cap
+    return None
 
 
 def _has_floor(trials: list[optuna.trial.FrozenTrial]) -> bool:
