@@ -215,6 +215,9 @@ def score(results: list[StudyResult], best: float, budget: int) -> dict[str, Any
         "trials_mean": trials / len(results),
         "budget": budget,
         "shares": shares,
+        # Per seed, in the order of "shares": what benchmarks/suite_compare.py pairs on.
+        "seed_ids": [r.job.seed for r in results],
+        "server_h": [r.server_h() for r in results],
         "top_launch": max((max(r.trial_value, default=0.0), r.job.seed) for r in results),
     }
 

@@ -197,3 +197,48 @@ def test_the_gp_peer_reads_one_worst_constraint_per_trial_under_either_optuna_si
         vals, feasible = _worst_constraint(*args)
         assert vals.shape == (2, 1)
         assert list(vals[:, 0]) == [2.0, 0.0] and list(feasible) == [False, True]
+
+
+def test_two_suite_runs_are_compared_seed_by_seed(tmp_path: Path) -> None:
+    """A sampler change is judged by the difference seed by seed (the same start points and
+    request draws), not by two counts: seeds only one run has are left out, each split is
+    pooled over its spaces, and a run stored without seed ids is refused with exit 2."""
+    import suite_compare
+
+    def row(seeds: list[int], shares: list[float], hours: list[float]) -> dict:
+        return {"seed_ids": seeds, "shares": shares, "server_h": hours}
+
+    def run(rows: dict[str, tuple[str, dict]]) -> dict:
+        spaces = {name: {"split": split, "rows": {"tuner": r}} for name, (split, r) in rows.items()}
+        return {"budget": 40, "spaces": spaces}
+
+    before = run(
+        {
+            "a": ("TUNE", row([0, 1, 2, 3], [0.97, 0.99, 1.00, 0.90], [5.0, 5.0, 5.0, 5.0])),
+            "b": ("JUDGED", row([0, 1], [0.80, 0.85], [3.0, 3.0])),
+        }
+    )
+    after = run(
+        {
+            "a": ("TUNE", row([1, 2, 3, 4], [0.99, 0.99, 0.94, 0.50], [4.0, 5.0, 5.5, 9.0])),
+            "b": ("JUDGED", row([0, 1], [0.82, 0.89], [3.0, 3.0])),
+        }
+    )
+    rows = {name: p for name, _, p in suite_compare.compare(before, after, "tuner")}
+    a = rows["a"]  # seeds 1-3 in both: +0, -0.01, +0.04; seed 0 and 4 in one run only
+    assert a.seeds == 3 and (a.within_2_before, a.within_2_after) == (2, 2)
+    assert a.mean_diff == pytest.approx(0.01)
+    assert a.se == pytest.approx(((0.01**2 + 0.02**2 + 0.03**2) / 2) ** 0.5 / 3**0.5)
+    assert (a.higher, a.lower, a.same) == (1, 1, 1)
+    assert a.server_h_diff == pytest.approx((-1.0 + 0.0 + 0.5) / 3)
+    # A split pools its spaces' seeds; seed 0 of "b" is not seed 0 of "a".
+    assert rows["all JUDGED spaces"].seeds == 2 and rows["all JUDGED spaces"].mean_diff == pytest.approx(0.03)
+    assert rows["all TUNE spaces"].seeds == 3
+
+    old = tmp_path / "old.json"
+    del before["spaces"]["a"]["rows"]["tuner"]["seed_ids"]
+    old.write_text(json.dumps(before))
+    new = tmp_path / "new.json"
+    new.write_text(json.dumps(after))
+    assert suite_compare.main([str(old), str(new)]) == 2
+    assert suite_compare.main([str(tmp_path / "missing.json"), str(new)]) == 2
