@@ -242,3 +242,54 @@ def test_two_suite_runs_are_compared_seed_by_seed(tmp_path: Path) -> None:
     new.write_text(json.dumps(after))
     assert suite_compare.main([str(old), str(new)]) == 2
     assert suite_compare.main([str(tmp_path / "missing.json"), str(new)]) == 2
+
+
+def test_trials_are_sorted_by_why_they_ran_and_what_they_did_to_the_recommendation() -> None:
+    """benchmarks/final_window.py: a real study's start points and the final window's
+    confirmation are told apart from the walk's new configurations, each trial carries the
+    recommendation's share after it, and a miss is split into never launched / launched."""
+    import final_window
+
+    study = final_window.study_trials("kimi-k2.6-8x-rtx-pro-6000", 0, 10)
+    kinds = [t["kind"] for t in study["trials"]]
+    assert set(kinds) <= set(final_window.KINDS)
+    assert kinds[:5] == ["start point"] * 5  # the reference space's five start points
+    # Budget 10 leaves a final window of one trial: its leader, screened on the proxy only so
+    # far, is measured on the target before anything is recommended.
+    last = study["trials"][-1]
+    assert last["kind"] == "confirmation" and last["launches"] >= 2
+
+    def made(seed: int, trials: list[tuple[str, float, float]]) -> dict:
+        """A study of three trials: (kind, the trial's share of the best, the recommendation's
+        share after it); the last one's configuration was launched twice."""
+        rows = [
+            {"number": i, "kind": k, "server_s": 3600.0, "launched": True, "share": share, "rec_share": rec,
+             "launches": 2 if i == len(trials) - 1 else 1}
+            for i, (k, share, rec) in enumerate(trials)
+        ]  # fmt: skip
+        return {"seed": seed, "trials": rows}
+
+    new = "new (walk or TPE)"
+    found = final_window.analyse(
+        [
+            # Reached the best and recommended it after its confirmation.
+            made(0, [("start point", 0.9, 0.9), (new, 1.0, 0.9), ("confirmation", 1.0, 1.0)]),
+            # Launched the best once and recommended another.
+            made(1, [("start point", 0.9, 0.9), (new, 0.99, 0.9), ("re-measurement", 0.95, 0.95)]),
+            # Never got there.
+            made(2, [("start point", 0.8, 0.8), (new, 0.85, 0.85), ("confirmation", 0.85, 0.85)]),
+        ]
+    )
+    assert found["within_2"] == 1
+    assert (found["missed_never_launched"], found["missed_launched"], found["missed_launched_once"]) == (
+        1,
+        1,
+        1,
+    )
+    confirmation = found["kinds"]["confirmation"]
+    assert confirmation["trials_per_study"] == pytest.approx(2 / 3)
+    assert (confirmation["raised"], confirmation["lowered"]) == (1, 0)
+    assert confirmation["mean_change_points"] == pytest.approx(100 * (0.1 + 0.0) / 2)
+    assert found["kinds"]["re-measurement"]["raised"] == 1
+    assert found["kinds"][new]["raised"] == 1  # 0.8 -> 0.85 in seed 2
+    assert found["kinds"]["start point"]["server_h_per_study"] == pytest.approx(1.0)
