@@ -37,7 +37,7 @@ from _tables import format_table
 from space_best import true_value
 
 from studies import STRATEGIES, Job, recommendations
-from tuner import trial_record
+from tuner import estimates, trial_record
 from tuner.budget import StudyStopped
 
 #: Kinds of trial, in the order the table shows them.
@@ -78,25 +78,19 @@ def study_trials(space_name: str, seed: int, budget: int) -> dict[str, Any]:
     def share(params: dict[str, Any] | None) -> float:
         return 0.0 if params is None else true_value(space, space.complete(params), truth) / best
 
-    launches: dict[str, int] = {}
-    for t in trials:
-        if trial_record.outcome(t) == "complete":
-            key = trial_record.config_key(t) or repr(sorted(t.params.items()))
-            launches[key] = launches.get(key, 0) + 1
-    rows = []
-    for t, rec in zip(trials, recs, strict=True):
-        key = trial_record.config_key(t) or repr(sorted(t.params.items()))
-        rows.append(
-            {
-                "number": t.number,
-                "kind": kind(t),
-                "server_s": float(t.user_attrs.get("server_s", 0.0)),
-                "launched": trial_record.outcome(t) == "complete",
-                "share": share(dict(t.params)),
-                "rec_share": share(rec),
-                "launches": launches.get(key, 0),
-            }
-        )
+    groups = estimates.by_configuration(t for t in trials if estimates.launched(t))
+    rows = [
+        {
+            "number": t.number,
+            "kind": kind(t),
+            "server_s": float(t.user_attrs.get("server_s", 0.0)),
+            "launched": estimates.launched(t),
+            "share": share(dict(t.params)),
+            "rec_share": share(rec),
+            "launches": len(groups.get(estimates.configuration(t), ())),
+        }
+        for t, rec in zip(trials, recs, strict=True)
+    ]
     return {"seed": seed, "trials": rows}
 
 
