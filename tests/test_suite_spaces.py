@@ -293,3 +293,42 @@ def test_trials_are_sorted_by_why_they_ran_and_what_they_did_to_the_recommendati
     assert found["kinds"]["re-measurement"]["raised"] == 1
     assert found["kinds"][new]["raised"] == 1  # 0.8 -> 0.85 in seed 2
     assert found["kinds"]["start point"]["server_h_per_study"] == pytest.approx(1.0)
+
+
+def test_the_noise_ceiling_replays_ideal_studies_from_measured_launches() -> None:
+    """benchmarks/noise_ceiling.py: the contenders of the reference space's best are the best
+    and its one-parameter neighbours within the band, best first; an ideal study recommends
+    a hit whenever hits measure above misses, and a coin toss's worth when they measure the
+    same."""
+    import noise_ceiling
+    import numpy as np
+    from _common import load_best
+
+    space = space_named("kimi-k2.6-8x-rtx-pro-6000")
+    best = space.complete(load_best("kimi-k2.6-8x-rtx-pro-6000", suite=True)["params"])
+    found = noise_ceiling.contenders(space, best)
+    assert space.key(found[0][0]) == space.key(best) and found[0][1] == 1.0
+    shares = [share for _, share in found]
+    assert shares == sorted(shares, reverse=True) and min(shares) >= noise_ceiling.CONTENDER_BAND
+    assert len(found) > 1 and len({space.key(p) for p, _ in found}) == len(found)
+    # One parameter moved (and what it switches on or off: a backend's mode).
+    for params, _ in found[1:]:
+        moved = {k for k in set(params) | set(best) if repr(params.get(k)) != repr(best.get(k))}
+        assert 1 <= len(moved) <= 2, moved
+
+    rng = np.random.default_rng(0)
+    hits = np.array([True, False])
+    apart = np.array([[100.0, 101, 99, 100, 102, 98, 100], [90.0, 91, 89, 90, 92, 88, 90]])
+    assert noise_ceiling.equal_allocation(apart, hits, 1, 300, rng) == 1.0
+    assert noise_ceiling.sequential(apart, hits, 5, 100, rng, by_upper=False) == 1.0
+    assert noise_ceiling.sequential(apart, hits, 5, 100, rng, by_upper=True) == 1.0
+    # The miss measures like the hit (a hair above, so that no draw ties): one launch each
+    # picks the hit in about half the draws, and more launches cannot tell them apart either.
+    same = np.array(
+        [[100.0, 104, 96, 101, 103, 97, 99], [100.01, 104.01, 96.01, 101.01, 103.01, 97.01, 99.01]]
+    )
+    once = noise_ceiling.equal_allocation(same, hits, 1, 2000, rng)
+    assert 0.3 < once < 0.6
+    assert noise_ceiling.equal_allocation(same, hits, 4, 2000, rng) < 0.6
+    # The order of the rows does not matter: the hit is found by its flag, not its place.
+    assert noise_ceiling.equal_allocation(apart[::-1], hits[::-1], 1, 300, rng) == 1.0
