@@ -45,7 +45,7 @@ from _common import load_best, machine, objective_value, space_named, space_obje
 from _tables import format_table
 from joblib import Parallel, delayed
 from space_best import true_value
-from suite import JUDGED, SPACES
+from suite import JUDGED, SPACES, spaces_arg
 
 from tuner.failures import LaunchFailure
 from tuner.sim.model import PerfModel
@@ -178,10 +178,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         )
     if args.draws < 1:
         ap.error("--draws must be at least 1")
-    names = [n.strip() for n in args.spaces.split(",") if n.strip()]
-    unknown = sorted(set(names) - set(SPACES))
-    if unknown:
-        ap.error(f"unknown spaces: {', '.join(unknown)} (known: {', '.join(SPACES)})")
+    names = spaces_arg(ap, args.spaces)
     rows = Parallel(n_jobs=args.jobs)(delayed(ceiling)(name, args.runs, args.draws) for name in names)
     summary = {
         "runs": args.runs,

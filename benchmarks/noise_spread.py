@@ -40,7 +40,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from _common import load_best, machine, objective_value, space_named, space_objective, write_result
 from _tables import format_table
 from joblib import Parallel, delayed
-from suite import SPACES
+from suite import SPACES, spaces_arg
 
 from tuner import estimates
 from tuner.sim.model import PerfModel
@@ -115,10 +115,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = ap.parse_args(argv)
     if args.runs < 2:
         ap.error("--runs must be at least 2 (a spread needs two launches)")
-    names = [n.strip() for n in args.spaces.split(",") if n.strip()]
-    unknown = sorted(set(names) - set(SPACES))
-    if unknown:
-        ap.error(f"unknown spaces: {', '.join(unknown)} (known: {', '.join(SPACES)})")
+    names = spaces_arg(ap, args.spaces)
     rows = Parallel(n_jobs=args.jobs)(delayed(spread)(name, args.runs) for name in names)
     summary = {
         "runs": args.runs,

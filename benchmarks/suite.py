@@ -616,6 +616,16 @@ def _csv(text_: str) -> list[str]:
     return [x.strip() for x in text_.split(",") if x.strip()]
 
 
+def spaces_arg(ap: argparse.ArgumentParser, value: str) -> list[str]:
+    """The suite's spaces a ``--spaces a,b`` value names, in its order; an argparse error
+    (exit 2) naming the ones the suite does not know."""
+    names = _csv(value)
+    unknown = sorted(set(names) - set(SPACES))
+    if unknown:
+        ap.error(f"unknown spaces: {', '.join(unknown)} (known: {', '.join(SPACES)})")
+    return names
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seeds", type=int, default=20)

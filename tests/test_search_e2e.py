@@ -18,7 +18,10 @@ import optuna
 
 from tests.helpers import emulator_pids
 from tuner.net import free_port
+from tuner.sim.model import PerfModel
+from tuner.sim.server import split_argv
 from tuner.storage import load_study
+from tuner.trial_record import TrialRecord
 
 
 def test_local_backend_study_with_oom_and_a_server_killed_mid_sweep(workdir: Path):
@@ -74,6 +77,13 @@ def test_local_backend_study_with_oom_and_a_server_killed_mid_sweep(workdir: Pat
     assert [lv["concurrency"] for lv in ok.user_attrs["levels"]] == [1, 64]
     assert all(lv["completed"] == lv["concurrency"] for lv in ok.user_attrs["levels"])
     assert ok.user_attrs["startup_s"] > 0.4
+    # SGLang's log says how much GPU memory the server had left after start-up (the
+    # emulator writes the line from its memory plan); the trial keeps it and lists it.
+    record = TrialRecord.of(ok)
+    _, sglang_argv = split_argv(record.argv)
+    plan = PerfModel.build("rtx-pro-6000-pcie-x8", "kimi-k2.6", sglang_argv, record.env).memory
+    assert record.memory_left_gib == round(plan.available_gib, 2) > 0
+    assert ok.user_attrs["server_info"]["cuda_graph_mem_gib"] == round(plan.cuda_graph_gib, 2) > 0
 
     assert oom.user_attrs["outcome"] == "failed" and oom.user_attrs["failure_class"] == "oom"
     assert "Not enough memory" in oom.user_attrs["reason"]
@@ -88,11 +98,13 @@ def test_local_backend_study_with_oom_and_a_server_killed_mid_sweep(workdir: Pat
     assert (logs / "trial-2.log").exists()
     assert emulator_pids(port) == []
 
-    best = subprocess.run(
-        [sys.executable, "-m", "tuner", "best", "--format", "json"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env=env,
-    )
-    assert json.loads(best.stdout)["trial"] == 0
+    def tuner(*words: str) -> str:
+        return subprocess.run(
+            [sys.executable, "-m", "tuner", *words], capture_output=True, text=True, timeout=60, env=env
+        ).stdout
+
+    assert json.loads(tuner("best", "--format", "json"))["trial"] == 0
+    listed = tuner("trials", "--columns", "trial,state,mem_left")
+    rows = {line.split()[0]: line.split()[1:] for line in listed.splitlines() if line.startswith("#")}
+    assert rows["#0"] == ["complete", f"{record.memory_left_gib:.1f}"]
+    assert rows["#1"] == ["failed", "-"]  # it never started: no memory to report

@@ -21,6 +21,8 @@ all-to-all backend) is the one SGLang resolves.
 from __future__ import annotations
 
 import json
+import re
+import subprocess
 import textwrap
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
@@ -287,3 +289,52 @@ def test_the_release_is_asked_on_the_host(workdir: Path):
     note = adopt_host_release(pinned, backend)
     assert note is not None and "engine_version is 0.5.22 but the host runs SGLang 0.5.23" in note
     assert pinned.engine.version == "0.5.22"
+
+
+def _site_packages() -> Path:
+    out = subprocess.run(
+        [str(PYTHON), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    return Path(out.stdout.strip())
+
+
+def _printed(source: str, marker: str, numbers: list[str]) -> str:
+    """The line a ``logger.info(f"..." f"...")`` call containing ``marker`` prints: its
+    f-string pieces joined, each ``{...:.2f}`` filled with the next of ``numbers`` and any
+    other field with a word."""
+    at = source.index(marker)
+    close = re.compile(r"\n\s*\)").search(source, at)
+    assert close is not None
+    call = source[source.rindex("logger.info(", 0, at) : close.start()]
+    text = "".join(re.findall(r'f?"((?:[^"\\]|\\.)*)"', call))
+    text = re.sub(r"\{[^{}]*:\.2f\}", lambda _: numbers.pop(0), text)
+    # A device switch ({'available_cpu_mem' if self.device == 'cpu' else ...}): a GPU's.
+    text = re.sub(r"\{'[^']*' if [^{}]* else '([^']*)'\}", r"\1", text)
+    return re.sub(r"\{[^{}]*\}", "x", text)
+
+
+def test_the_memory_report_reads_the_installed_releases_own_lines():
+    """The log lines in which SGLang says how much GPU memory a started server has left
+    (the end of each CUDA-graph capture, the scheduler's capacity line) are taken from the
+    installed release's source, printed as two ranks print them, and read by the memory
+    report every launcher uses: the tightest rank's memory left, the largest rank's graphs
+    (decode and prefill summed)."""
+    srt = _site_packages() / "sglang" / "srt"
+    setup = (srt / "model_executor" / "model_runner_components" / "cuda_graph_setup.py").read_text()
+    scheduler = (srt / "managers" / "scheduler.py").read_text()
+    lines = []
+    for rank, decode, prefill, left in (("TP0", "1.93", "0.40", "8.16"), ("TP1", "1.95", "0.50", "7.52")):
+        stamp = f"[2026-12-06 00:00:00 {rank}] "
+        lines.append(stamp + _printed(setup, "{capture_name} CUDA graph end", ["3.10", prefill, "9.00"]))
+        lines.append(
+            stamp + _printed(setup, "{graph_backend[model_runner.device]} end", ["16.40", decode, left])
+        )
+        lines.append(stamp + _printed(scheduler, 'f"max_total_num_tokens=', [left]))
+    report = sglang.memory_report("\n".join(lines))
+    assert report == {"available_gpu_mem_gib": 7.52, "cuda_graph_mem_gib": 2.45}, lines
+    # The scheduler's line alone (CUDA graphs off) still says what is left.
+    assert sglang.memory_report(lines[2]) == {"available_gpu_mem_gib": 8.16}, lines[2]

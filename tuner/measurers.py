@@ -131,6 +131,11 @@ class Measurer(ABC):
         ``on_level`` decides, as after any level, whether the sweep goes on."""
 
 
+#: Log lines read back after start-up for the server's memory report: every rank's capture
+#: and scheduler lines of an 8-GPU SGLang server, with room for its other start-up lines.
+MEMORY_LOG_LINES = 400
+
+
 def read_server_info(base_url: str, timeout_s: float = 10.0) -> dict[str, object]:
     """The settings a healthy server reports (``GET /server_info``: SGLang's resolved
     arguments); empty when it does not answer with a JSON object."""
@@ -324,6 +329,9 @@ class LauncherMeasurer(Measurer):
             launcher.start(spec, log_path=log_path, trial_label=trial_label)
             m.startup_s = m.server_s = launcher.wait_healthy(self.health_timeout_s, poll_s=1.0)
             m.server_info = read_server_info(launcher.base_url())
+            # What the server's log says of its memory (left after start-up, taken by CUDA
+            # graphs): how close a launch came to running out, which /server_info does not say.
+            m.server_info.update(engines.get(spec.engine).memory_report(launcher.log_tail(MEMORY_LOG_LINES)))
             died = False
             bad_level: str | None = None
             lost: LaunchFailure | None = None

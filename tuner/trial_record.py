@@ -22,6 +22,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from tuner import redact
+from tuner.engines.base import MEMORY_LEFT_KEY
 
 # --- attribute keys ---------------------------------------------------------------------
 #: What happened: complete, reused, pruned, infeasible or failed.
@@ -306,6 +307,15 @@ class TrialRecord:
         """The concurrency of :attr:`peak`."""
         top = self._peak_level()
         return top["concurrency"] if top else None
+
+    @property
+    def memory_left_gib(self) -> float | None:
+        """GPU memory the server had left after start-up (the tightest GPU's, GiB): how close
+        the launch came to running out of memory; None where its log did not say
+        (:meth:`tuner.engines.base.Engine.memory_report`)."""
+        info = self.attrs.get(SERVER_INFO)
+        value = info.get(MEMORY_LEFT_KEY) if isinstance(info, dict) else None
+        return float(value) if isinstance(value, int | float) else None
 
 
 @dataclass

@@ -162,6 +162,8 @@ class Verdict:
             out.append(" ".join(parts[:1]) + " " + ", ".join(parts[1:]))
         if (held := self.held_back_line()) is not None:
             out.append(held)
+        if (memory := self.memory_line()) is not None:
+            out.append(memory)
         return out
 
     def floor_line(self) -> str | None:
@@ -176,6 +178,19 @@ class Verdict:
         return (
             f"{said}: no configuration clears it by {FLOOR_SE:g} standard errors; measure this one "
             "again (a larger --budget) or lower the floor before relying on it"
+        )
+
+    def memory_line(self) -> str | None:
+        """How much GPU memory the winner's server had left once started, where its log said
+        (:attr:`TrialRecord.memory_left_gib`): the room prefill runs in, and all that another
+        process on the same GPUs may take before the unit's server runs out."""
+        left = self.winner.memory_left_gib
+        if left is None:
+            return None
+        return (
+            f"GPU memory left after start-up: {left:.1f} GiB on the tightest GPU "
+            f"(trial #{self.winner.number}): prefill runs in it, and another process on these GPUs "
+            "must fit in it too"
         )
 
     def as_dict(self) -> dict[str, Any]:
@@ -197,6 +212,7 @@ class Verdict:
             },
             "at_winning_level": self.latency(),
             "held_back": self.held_back(),
+            "memory_left_gib": self.winner.memory_left_gib,
             "outliers_re_measuring": [{"trial": n, "value": v} for n, v in self.pending],
             "floor_odds": self.floor_odds,
         }

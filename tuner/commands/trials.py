@@ -32,6 +32,7 @@ COLUMNS: dict[str, str] = {
     "changes": "differs from the best",
     "reason": "note",
     "server_s": "server s",
+    "mem_left": "GiB left",
     "params": "params",
 }
 DEFAULT_COLUMNS = ("trial", "state", "value", "single", "peak", "peak_c", "changes", "reason")
@@ -144,6 +145,7 @@ def rows(
                 "changes": changes,
                 "reason": _note(t, rec, engine, verdicts.get(rec.number)),
                 "server_s": rec.server_s,
+                "mem_left": rec.memory_left_gib,
                 "params": {k: rec.params[k] for k in rec.params},
             }
         )
@@ -177,7 +179,7 @@ def table(data: Sequence[dict[str, Any]], columns: Sequence[str]) -> str:
             [*row[:-2], "; ".join(x for x in row[-2:] if x)] for row in grid[1:]
         ]
     widths = [max(len(row[i]) for row in grid) for i in range(len(columns))]
-    numeric = {"value", "single", "peak", "peak_c", "server_s"}
+    numeric = {"value", "single", "peak", "peak_c", "server_s", "mem_left"}
     lines = []
     for row in grid:
         cells = [

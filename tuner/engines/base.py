@@ -159,6 +159,14 @@ def classify_log(patterns: Iterable[FailurePattern], log_text: str) -> tuple[Fai
     return None
 
 
+#: Keys of :meth:`Engine.memory_report` in a trial's ``server_info``, the same for the
+#: simulator and real servers: GPU memory left per GPU after start-up (the tightest GPU's,
+#: GiB), and what the CUDA graphs took of it (the largest, GiB).
+MEMORY_LEFT_KEY = "available_gpu_mem_gib"
+CUDA_GRAPH_MEM_KEY = "cuda_graph_mem_gib"
+MEMORY_KEYS = (MEMORY_LEFT_KEY, CUDA_GRAPH_MEM_KEY)
+
+
 class Engine(ABC):
     """A serving engine's adapter: the base of :class:`~tuner.engines.sglang.SGLangEngine`
     and :class:`~tuner.engines.vllm.VLLMEngine`.
@@ -209,6 +217,12 @@ class Engine(ABC):
         ``command + --flag value ...`` and the rendered environment (see
         :func:`render_flags` and :func:`render_env`)."""
         return LaunchSpec(argv=[*command, *render_flags(flags)], env=render_env(env), engine=self.name)
+
+    def memory_report(self, log_text: str) -> dict[str, float]:
+        """What a started server's log says of its GPU memory, under the keys of
+        :data:`MEMORY_KEYS` (those it says; none by default): how much is left once the
+        server has allocated everything it keeps, and what its CUDA graphs took."""
+        return {}
 
     def classify(self, log_text: str) -> tuple[FailureClass, str] | None:
         """The failure class and the matching log line, by :attr:`failure_patterns` alone."""

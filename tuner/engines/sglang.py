@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, fields
 from importlib import resources
 from typing import Any
 
-from tuner.engines.base import Engine, FailurePattern
+from tuner.engines.base import CUDA_GRAPH_MEM_KEY, MEMORY_LEFT_KEY, Engine, FailurePattern
 from tuner.failures import LaunchFailure
 
 #: Command prefixes that may precede the flags of a full launch command line.
@@ -378,6 +378,42 @@ FAILURE_PATTERNS: tuple[FailurePattern, ...] = (
 )
 
 
+#: SGLang's memory lines at start-up, one per rank and graph phase. 0.5.2x
+#: (``model_runner_components/cuda_graph_setup.py``): "Capture target decode CUDA graph end.
+#: bs=[1, 2, 4, ...], elapsed=16.40 s, mem usage=1.93 GB, avail mem=8.16 GB." (and the
+#: prefill graph's line); earlier releases: "Capture cuda graph end. Time elapsed: 54.61 s.
+#: mem usage=1.93 GB. avail mem=8.16 GB." (0.4 printed avail first). Then the scheduler's
+#: "max_total_num_tokens=..., available_gpu_mem=8.10 GB". SGLang's "GB" are GiB (bytes / 2**30).
+_CAPTURE_END = re.compile(r"^(?P<prefix>[^\n]*?)Capture\b[^\n]*?\bend\.(?P<rest>[^\n]*)", re.MULTILINE)
+_RANK = re.compile(r"\b((?:TP|DP|PP|EP)\d+(?: (?:TP|DP|PP|EP)\d+)*)\]")
+_AVAILABLE = re.compile(r"\bavail mem=([0-9.]+) GB")
+_GRAPH_USAGE = re.compile(r"\bmem usage=([0-9.]+) GB")
+_SCHEDULER_MEMORY = re.compile(r"max_total_num_tokens=[^\n]*\bavailable_gpu_mem=([0-9.]+) GB")
+
+
+def memory_report(log_text: str) -> dict[str, float]:
+    """GPU memory left after start-up and taken by CUDA graphs, from SGLang's log (see
+    :meth:`tuner.engines.base.Engine.memory_report`): the least left over every rank's
+    capture and scheduler lines; the graphs of each rank summed over their phases (decode,
+    prefill), the largest rank's; {} when the log has neither line (CUDA graphs off and a
+    release without the scheduler's figure)."""
+    left = [float(m.group(1)) for m in _SCHEDULER_MEMORY.finditer(log_text)]
+    graphs: dict[str, float] = {}
+    for line in _CAPTURE_END.finditer(log_text):
+        rest = line.group("rest")
+        left += [float(m.group(1)) for m in _AVAILABLE.finditer(rest)]
+        rank = _RANK.search(line.group("prefix"))
+        for usage in _GRAPH_USAGE.finditer(rest):
+            key = rank.group(1) if rank else ""
+            graphs[key] = graphs.get(key, 0.0) + float(usage.group(1))
+    out: dict[str, float] = {}
+    if left:
+        out[MEMORY_LEFT_KEY] = min(left)
+    if graphs:
+        out[CUDA_GRAPH_MEM_KEY] = round(max(graphs.values()), 2)
+    return out
+
+
 class SGLangEngine(Engine):
     """SGLang (``python -m sglang.launch_server``) of one release: its flags, launch rules
     and log wording. :meth:`for_version` gives the adapter of another release."""
@@ -394,6 +430,9 @@ class SGLangEngine(Engine):
     def __init__(self, version: str = DEFAULT_RELEASE) -> None:
         release_table(version)  # KeyError for a release without a flag table
         self.version = version
+
+    def memory_report(self, log_text: str) -> dict[str, float]:
+        return memory_report(log_text)
 
     def for_version(self, version: str) -> SGLangEngine:
         """The adapter of SGLang ``version`` (KeyError naming the known releases)."""

@@ -33,6 +33,7 @@ import numpy as np
 
 from tuner import profiles
 from tuner.engines import sglang
+from tuner.engines.base import CUDA_GRAPH_MEM_KEY, MEMORY_LEFT_KEY
 from tuner.failures import LaunchFailure
 from tuner.profiles import HardwareProfile, KernelPath, ModelProfile
 from tuner.sim import nccl
@@ -160,8 +161,23 @@ class MemoryPlan:
     headroom_gib: float
     chunked_prefill_size: int
 
+    @property
+    def available_gib(self) -> float:
+        """Memory left per GPU once the CUDA graphs are captured (SGLang's ``avail mem`` at
+        the end of capture): what is outside the static fraction less NCCL's buffers and the
+        graphs. Prefill activations run in it; a launch whose activations do not fit fails."""
+        return self.headroom_gib - self.nccl_buffers_gib - self.cuda_graph_gib
+
     def as_dict(self) -> dict[str, float | int | None]:
         return {k: (round(v, 3) if isinstance(v, float) else v) for k, v in asdict(self).items()}
+
+    def memory_report(self) -> dict[str, float]:
+        """The launch's memory under the keys a real server's log gives
+        (:meth:`tuner.engines.base.Engine.memory_report`)."""
+        report = {MEMORY_LEFT_KEY: round(self.available_gib, 2)}
+        if self.cuda_graph_gib:
+            report[CUDA_GRAPH_MEM_KEY] = round(self.cuda_graph_gib, 2)
+        return report
 
 
 @dataclass(frozen=True, slots=True)
@@ -520,6 +536,7 @@ class PerfModel:
             "cuda_graph": a.cuda_graph_enabled,
             "num_continuous_decode_steps": a.num_continuous_decode_steps,
             **self.memory.as_dict(),
+            **self.memory.memory_report(),
             "nccl": {
                 "protocols": list(self.nccl.allowed_protocols),
                 "algorithm": self.nccl.algorithm,

@@ -142,6 +142,7 @@ def _report_failure(exc: LaunchFailure) -> int:
 
 
 async def _serve(ns: argparse.Namespace, sglang_argv: list[str]) -> int:
+    started = time.monotonic()
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -178,6 +179,11 @@ async def _serve(ns: argparse.Namespace, sglang_argv: list[str]) -> int:
     log(f"server_args={args!r}")
     log(f"Load weight end. mem usage={mem.weights_gib_per_gpu:.2f} GB.")
     log(f"KV Cache is allocated. #tokens: {mem.kv_tokens}, KV size: {mem.kv_pool_gib:.2f} GB")
+    if mem.cuda_graph_gib:
+        log(
+            f"Capture target decode CUDA graph end. elapsed={time.monotonic() - started:.2f} s, "
+            f"mem usage={mem.cuda_graph_gib:.2f} GB, avail mem={mem.available_gib:.2f} GB."
+        )
     if mem.requested_max_running_requests and mem.requested_max_running_requests > mem.max_running_requests:
         log(
             f"max_running_requests was reduced from the requested {mem.requested_max_running_requests} to "
@@ -185,7 +191,8 @@ async def _serve(ns: argparse.Namespace, sglang_argv: list[str]) -> int:
         )
     log(
         f"max_total_num_tokens={mem.kv_tokens}, chunked_prefill_size={mem.chunked_prefill_size}, "
-        f"max_running_requests={mem.max_running_requests}, cuda_graph_max_bs={mem.cuda_graph_max_bs}"
+        f"max_running_requests={mem.max_running_requests}, cuda_graph_max_bs={mem.cuda_graph_max_bs}, "
+        f"available_gpu_mem={mem.available_gib:.2f} GB"
     )
 
     emu = Emulator(
