@@ -128,9 +128,12 @@ def test_markdown_report_has_the_tables(study_dir, capsys):
     assert "<script" not in md and "plotly" not in md
     for heading in ("### Top configurations", "### Parameter importances", "### Failures by class"):
         assert heading in md
-    header = "| rank | trial | estimate tok/s | C=1 tok/s | peak tok/s | at C | layout | differs from winner"
+    header = "| rank | trial | estimate tok/s | C=1 tok/s | peak tok/s | at C | GiB left | layout | differs from winner"
     assert header in md
     assert re.search(r"^\| 1 \| #\d+ \| [\d.]+ \|.*\| \(winner\) \|$", md, re.M)
+    # The winner's GPU memory left after start-up (the simulator's memory plan) is in its row.
+    winner = next(line for line in md.splitlines() if line.startswith("| 1 |"))
+    assert re.fullmatch(r"\d+\.\d", winner.split(" | ")[6]), winner
     assert "| class | count | trials | reasons |" in md
     # Per-level tok/s of the configurations the throughput figure draws (the finalists).
     assert re.search(r"^\| trial \| layout \| measured on \| C=1 \| C=32 \|", md, re.M)

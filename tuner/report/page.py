@@ -84,7 +84,7 @@ def render_html(data: ReportData) -> str:
     parts.append('<h2 id="top">Top configurations</h2>')
     rows = top_rows(data)
     parts.append(
-        _html_table(TOP_HEADER, rows, numeric=(0, 2, 3, 4, 5))
+        _html_table(TOP_HEADER, rows, numeric=(0, 2, 3, 4, 5, 6))
         if rows
         else "<p>No feasible measured configuration yet.</p>"
     )

@@ -77,6 +77,7 @@ TOP_HEADER = (
     "C=1 tok/s",
     "peak tok/s",
     "at C",
+    "GiB left",
     "layout",
     "differs from winner",
 )
@@ -93,6 +94,7 @@ def top_rows(data: ReportData, n: int = TOP_N) -> list[tuple[str, ...]]:
                 _num(t.single),
                 _num(t.peak),
                 str(t.peak_c or "-"),
+                _num(t.memory_left_gib),
                 layout_label(t.argv),
                 differences_text(t, data.best),
             )
