@@ -164,7 +164,6 @@ def classify_log(patterns: Iterable[FailurePattern], log_text: str) -> tuple[Fai
 #: GiB), and what the CUDA graphs took of it (the largest, GiB).
 MEMORY_LEFT_KEY = "available_gpu_mem_gib"
 CUDA_GRAPH_MEM_KEY = "cuda_graph_mem_gib"
-MEMORY_KEYS = (MEMORY_LEFT_KEY, CUDA_GRAPH_MEM_KEY)
 
 
 class Engine(ABC):
@@ -219,9 +218,9 @@ class Engine(ABC):
         return LaunchSpec(argv=[*command, *render_flags(flags)], env=render_env(env), engine=self.name)
 
     def memory_report(self, log_text: str) -> dict[str, float]:
-        """What a started server's log says of its GPU memory, under the keys of
-        :data:`MEMORY_KEYS` (those it says; none by default): how much is left once the
-        server has allocated everything it keeps, and what its CUDA graphs took."""
+        """What a started server's log says of its GPU memory (what it says of it; nothing
+        by default): how much is left once the server has allocated everything it keeps
+        (:data:`MEMORY_LEFT_KEY`), and what its CUDA graphs took (:data:`CUDA_GRAPH_MEM_KEY`)."""
         return {}
 
     def classify(self, log_text: str) -> tuple[FailureClass, str] | None:
