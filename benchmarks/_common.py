@@ -21,7 +21,7 @@ from tuner.metrics import summarize
 from tuner.objectives import Objective, goodput_tok_s, peak_tok_s
 from tuner.request_records import LevelRecords
 from tuner.sim.model import PerfModel
-from tuner.sim.serving import simulate_sweep
+from tuner.sim.serving import DEFAULT_NOISE, simulate_sweep
 from tuner.space import DEFAULT_SPACE, Space, load_space, resolve_space
 from tuner.workload import REFERENCE_LEVELS, Workload
 
@@ -176,6 +176,22 @@ def sweep(
         return None, 0.0
     levels = [summarize(lv) for lv in simulate_sweep(model, workload, seed=seed, noise=noise)]
     return peak_tok_s(levels), sum(m.wall_s for m in levels)
+
+
+#: Share of the best a recommendation (or a launch) needs to count as the best: the suite's
+#: "within 2%".
+WITHIN_2 = 0.98
+
+
+def noisy_launches(model: PerfModel, workload: Workload, objective: Objective, runs: int) -> list[float]:
+    """The objective of ``runs`` noisy launches of one configuration (launch seeds 0..runs-1)
+    on one request set, as a study's trials serve one (0 for a launch that misses a floor)."""
+    return [
+        objective_value(
+            objective, simulate_sweep(model, workload, seed=seed, noise=DEFAULT_NOISE, requests_seed=0)
+        )
+        for seed in range(runs)
+    ]
 
 
 #: Normal quantile of the two-sided 95% interval of a share of seeds (:func:`share_interval`).

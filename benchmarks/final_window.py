@@ -32,7 +32,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from _common import load_best, per_seed, result_name, space_named, write_result
+from _common import WITHIN_2, load_best, per_seed, result_name, space_named, write_result
 from _tables import format_table
 from space_best import true_value
 
@@ -44,8 +44,6 @@ from tuner.budget import StudyStopped
 KINDS = ("start point", "new (walk or TPE)", "model pick", "confirmation", "re-measurement", "queued again")
 #: A change of the recommendation's share (of the best) smaller than this is no change.
 MOVED = 0.001
-#: Within this share of the best a recommendation (or a launch) counts as the best.
-WITHIN = 0.98
 
 
 def kind(t: Any) -> str:
@@ -83,7 +81,7 @@ def study_trials(space_name: str, seed: int, budget: int) -> dict[str, Any]:
         {
             "number": t.number,
             "kind": kind(t),
-            "server_s": float(t.user_attrs.get("server_s", 0.0)),
+            "server_s": trial_record.server_s(t),
             "launched": estimates.launched(t),
             "share": share(dict(t.params)),
             "rec_share": share(rec),
@@ -112,7 +110,7 @@ def analyse(studies: list[dict[str, Any]]) -> dict[str, Any]:
             k["moves"].append(row["rec_share"] - before)
             before = row["rec_share"]
         final = s["trials"][-1]["rec_share"] if s["trials"] else 0.0
-        near = [r for r in s["trials"] if r["launched"] and r["share"] >= WITHIN]
+        near = [r for r in s["trials"] if r["launched"] and r["share"] >= WITHIN_2]
         seeds.append(
             {
                 "seed": s["seed"],
@@ -133,10 +131,10 @@ def analyse(studies: list[dict[str, Any]]) -> dict[str, Any]:
         }
         for name, k in per_kind.items()
     }
-    missed = [s for s in seeds if s["share"] < WITHIN]
+    missed = [s for s in seeds if s["share"] < WITHIN_2]
     return {
         "seeds": len(studies),
-        "within_2": sum(s["share"] >= WITHIN for s in seeds),
+        "within_2": sum(s["share"] >= WITHIN_2 for s in seeds),
         "missed_never_launched": sum(not s["launched_within"] for s in missed),
         "missed_launched": sum(s["launched_within"] for s in missed),
         "missed_launched_once": sum(

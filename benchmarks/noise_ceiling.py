@@ -41,7 +41,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 import _blas  # noqa: F401  (before numpy: pins OpenBLAS's kernels)
 import numpy as np
-from _common import load_best, machine, objective_value, space_named, space_objective, write_result
+from _common import WITHIN_2, load_best, machine, noisy_launches, space_named, space_objective, write_result
 from _tables import format_table
 from joblib import Parallel, delayed
 from space_best import true_value
@@ -49,14 +49,12 @@ from suite import JUDGED, SPACES, spaces_arg
 
 from tuner.failures import LaunchFailure
 from tuner.sim.model import PerfModel
-from tuner.sim.serving import DEFAULT_NOISE, simulate_sweep
+from tuner.sim.serving import DEFAULT_NOISE
 from tuner.space import Space
 
 #: Noise-free share of the best a configuration needs to be a contender: the configurations
 #: a study could mistake for the best within a few launches at 2-3% run-to-run noise.
 CONTENDER_BAND = 0.95
-#: A recommendation is a hit within this share of the best (the suite's 2%).
-WITHIN = 0.98
 #: Launches each contender gets in the equal-allocation studies.
 EQUAL_LAUNCHES = (1, 2, 4)
 #: Re-measurements after one launch of each contender: a study's final window (about two
@@ -90,13 +88,7 @@ def launches(space: Space, params: dict[str, Any], runs: int) -> list[float]:
         model = PerfModel.build(space.hardware, space.model, spec.argv, spec.env)
     except LaunchFailure:
         return [0.0] * runs
-    objective = space_objective(space)
-    return [
-        objective_value(
-            objective, simulate_sweep(model, space.workload, seed=seed, noise=DEFAULT_NOISE, requests_seed=0)
-        )
-        for seed in range(runs)
-    ]
+    return noisy_launches(model, space.workload, space_objective(space), runs)
 
 
 def equal_allocation(
@@ -142,7 +134,7 @@ def ceiling(space_name: str, runs: int, draws: int) -> dict[str, Any]:
     found = contenders(space, best)
     values = np.array([launches(space, params, runs) for params, _ in found])
     shares = np.array([share for _, share in found])
-    hits = shares >= WITHIN
+    hits = shares >= WITHIN_2
     rng = np.random.default_rng(0)
     top = values[0][values[0] > 0]  # the best's launches that met the space's floor
     below = shares[~hits]
@@ -193,7 +185,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     print(
         f"Contenders: each space's best and its one-parameter neighbours worth >= {CONTENDER_BAND:.0%} of it "
         f"(noise-free, target); {args.runs} noisy launches each, {args.draws} replays per ideal study. "
-        f"Share of replays whose recommendation is within {1 - WITHIN:.0%} of the best:"
+        f"Share of replays whose recommendation is within {1 - WITHIN_2:.0%} of the best:"
     )
     header = [
         "space",

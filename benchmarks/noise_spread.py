@@ -37,7 +37,15 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from _common import load_best, machine, objective_value, space_named, space_objective, write_result
+from _common import (
+    load_best,
+    machine,
+    noisy_launches,
+    objective_value,
+    space_named,
+    space_objective,
+    write_result,
+)
 from _tables import format_table
 from joblib import Parallel, delayed
 from suite import SPACES, spaces_arg
@@ -77,12 +85,7 @@ def spread(space_name: str, runs: int) -> dict[str, Any]:
     out: dict[str, Any] = {"space": space_name}
     workloads: dict[str, Workload] = {"proxy": space.proxy, "target": space.workload}
     for label, workload in workloads.items():
-        values = [
-            objective_value(
-                objective, simulate_sweep(model, workload, seed=seed, noise=DEFAULT_NOISE, requests_seed=0)
-            )
-            for seed in range(runs)
-        ]
+        values = noisy_launches(model, workload, objective, runs)
         # A launch that misses the space's floor is worth 0 to the study: counted apart, so
         # that the spread is the measurement's.
         met = [v for v in values if v > 0]

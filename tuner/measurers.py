@@ -317,9 +317,8 @@ class LauncherMeasurer(Measurer):
         if self.secret_env:
             # Secrets (an HF token) reach the server's environment, never the trial records.
             spec = spec.model_copy(update={"env": {**spec.env, **self.secret_env}})
-        launcher = make_launcher(
-            self.backend, engine=engines.get(spec.engine), ssh=host, **self.launcher_options
-        )
+        engine = engines.get(spec.engine)
+        launcher = make_launcher(self.backend, engine=engine, ssh=host, **self.launcher_options)
         log_path = self.log_dir / f"{trial_label}.log"
         log_path.parent.mkdir(parents=True, exist_ok=True)
         m = Measurement("ok")
@@ -331,7 +330,7 @@ class LauncherMeasurer(Measurer):
             m.server_info = read_server_info(launcher.base_url())
             # What the server's log says of its memory (left after start-up, taken by CUDA
             # graphs): how close a launch came to running out, which /server_info does not say.
-            m.server_info.update(engines.get(spec.engine).memory_report(launcher.log_tail(MEMORY_LOG_LINES)))
+            m.server_info.update(engine.memory_report(launcher.log_tail(MEMORY_LOG_LINES)))
             died = False
             bad_level: str | None = None
             lost: LaunchFailure | None = None
