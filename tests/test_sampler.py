@@ -17,6 +17,7 @@ from tuner.sampler import (
     HOPELESS_PRUNES,
     ROOM_PRIOR,
     IncumbentLocalSampler,
+    Launch,
     Move,
     _launch_odds,
     _spread,
@@ -102,8 +103,8 @@ def test_a_memory_fraction_that_ran_out_of_memory_is_not_expected_to_fit_from_a_
         "proto": CategoricalDistribution(["LL", "Simple"]),
     }
     best = optuna.trial.create_trial(params={"mem": 0.93, "proto": "Simple"}, distributions=dists, value=1.0)
-    launched = [({"mem": m, "proto": p}, False) for m in (0.88, 0.90, 0.93) for p in ("LL", "Simple")]
-    launched.append(({"mem": 0.95, "proto": "LL"}, True))
+    launched = [Launch({"mem": m, "proto": p}, False) for m in (0.88, 0.90, 0.93) for p in ("LL", "Simple")]
+    launched.append(Launch({"mem": 0.95, "proto": "LL"}, True))
 
     def odds(value: float) -> float:
         return _launch_odds(best, Move("mem", value, 0.0, 0.1), launched)
@@ -111,6 +112,33 @@ def test_a_memory_fraction_that_ran_out_of_memory_is_not_expected_to_fit_from_a_
     assert odds(0.95) < 0.5 and odds(0.96) < 0.5
     assert odds(0.94) > 0.85  # short of the failure: nothing says it fails
     assert odds(0.90) > 0.95  # launched twice
+
+
+def test_a_memory_fraction_that_ran_out_is_tried_again_from_an_incumbent_with_more_memory_left():
+    # 0.94 ran out of memory from (0.92, CUDA graphs up to batch 512), which had 1.0 GiB left
+    # after start-up. An incumbent with graphs up to 256 has 2.9 GiB left at 0.92: the same
+    # move starts with 1.9 GiB more, so that failure says nothing about it. From an incumbent
+    # with 0.1 GiB more than the failure's origin it still does, as it does for a failure
+    # whose origin never reported its memory.
+    dists = {
+        "mem": FloatDistribution(0.80, 0.94, step=0.01),
+        "graphs": CategoricalDistribution([256, 512]),
+        "proto": CategoricalDistribution(["LL", "Simple"]),
+    }
+
+    def odds(incumbent: dict[str, object], launched: list[Launch]) -> float:
+        best = optuna.trial.create_trial(params=incumbent, distributions=dists, value=1.0)
+        return _launch_odds(best, Move("mem", 0.94, 0.0, 0.1), launched)
+
+    failure = Launch({"mem": 0.94, "graphs": 512, "proto": "LL"}, True)
+    origin = Launch({"mem": 0.92, "graphs": 512, "proto": "LL"}, False, 1.0)
+    roomy = {"mem": 0.92, "graphs": 256, "proto": "LL"}
+    assert odds(roomy, [origin, Launch(roomy, False, 2.9), failure]) > 0.85
+    assert odds(roomy, [origin, Launch(roomy, False, 1.1), failure]) < 0.5
+    assert odds(roomy, [Launch(origin.params, False), Launch(roomy, False, 2.9), failure]) < 0.5
+    # The incumbent's own failure of the move (another protocol) still counts.
+    other = {"mem": 0.92, "graphs": 512, "proto": "Simple"}
+    assert odds(other, [origin, Launch(other, False, 1.0), failure]) < 0.5
 
 
 def test_while_requests_wait_for_room_the_walk_expects_more_room_to_help():

@@ -7,7 +7,9 @@ around the incumbent finishes the job quickly once a good region is found. So af
 the start-up trials, nine trials in ten are *local moves*: the best configuration so far
 (see :mod:`tuner.estimates`) with one parameter changed, never a configuration already
 measured. The others come from TPE, which keeps exploring. Both see the constraints of
-earlier trials: infeasible and failed trials are never the incumbent; a value found
+earlier trials: infeasible and failed trials are never the incumbent, a move that failed
+to launch is not tried again from an incumbent with no more GPU memory to spare
+(:func:`_launch_odds`); a value found
 hopeless (a pruned move, or the value that best explains the pruned launches of the study,
 :func:`hopeless_values`: EPLB on PCIe) is proposed by neither again.
 
@@ -102,6 +104,13 @@ LAUNCH_KERNEL = 0.5
 #: study instead of 8).
 LAUNCH_FAILURE_PRIOR = 0.1
 LAUNCH_PRIOR_WEIGHT = 0.25
+#: GPU memory left after start-up (GiB) by which the incumbent must exceed the configuration a
+#: failed move was made from before that failure stops counting against the same move from
+#: the incumbent: a quarter GiB, well above the launch-to-launch spread of one
+#: configuration's figure (SGLang prints it in hundredths of a GB) and below the smallest
+#: change the knobs that free memory make on the suite's hosts (0.5-2 GiB: a CUDA-graph
+#: batch limit one step lower, a memory fraction 0.01 lower). A choice, not fitted.
+MEMORY_MARGIN_GIB = 0.25
 #: Weight of a launch in the walk's model per parameter it sets differently from the
 #: incumbent: a half, as for :data:`LAUNCH_KERNEL` (the start points of the reference space
 #: differ from its best configurations in 3-8 knobs: 1/8 to 1/256 of a launch).
@@ -291,7 +300,7 @@ class IncumbentLocalSampler(BaseSampler):
         docstring) and that change; a random two-parameter jump (no single change) once
         every single change was tried. ``floor`` is the additive model of how far launches
         came above the objective's constraints (:func:`floor_model`), None without any."""
-        launched = [(dict(t.params), failed) for t in done if (failed := launch_failed(t)) is not None]
+        launched = launches(done)
         moves = self._moves(best, model, floor)
         moves = [replace(m, launches=_launch_odds(best, m, launched)) for m in moves]
         moves.sort(key=lambda m: (m.worth, self._rng.random()), reverse=True)
@@ -604,6 +613,17 @@ def _side_effects(
 
 
 # --- whether a configuration launches ----------------------------------------------------
+@dataclass(frozen=True)
+class Launch:
+    """What one launch says about which configurations start: its parameters, whether it
+    failed for them, and the GPU memory it had left after start-up where it started and its
+    log said (:func:`tuner.trial_record.memory_left_gib`)."""
+
+    params: Mapping[str, Any]
+    failed: bool
+    memory_left_gib: float | None = None
+
+
 def launch_failed(t: FrozenTrial) -> bool | None:
     """Whether a trial's launch failed for its configuration (out of memory, a crash); None
     for a trial that says nothing about that (refused before launch, reused, interrupted)."""
@@ -612,7 +632,16 @@ def launch_failed(t: FrozenTrial) -> bool | None:
     return trial_record.outcome(t) == "failed"
 
 
-def _launch_odds(best: FrozenTrial, move: Move, launched: Sequence[tuple[dict[str, Any], bool]]) -> float:
+def launches(done: Sequence[FrozenTrial]) -> list[Launch]:
+    """The study's launches that say whether their configuration starts."""
+    return [
+        Launch(dict(t.params), failed, None if failed else trial_record.memory_left_gib(t))
+        for t in done
+        if (failed := launch_failed(t)) is not None
+    ]
+
+
+def _launch_odds(best: FrozenTrial, move: Move, launched: Sequence[Launch]) -> float:
     """Probability that the incumbent with ``move`` applied launches, from the study's launches
     that set the moved parameter to the same value (or, on an ordered axis, further the same
     way: see :func:`_bears_on`), weighted by how close they are otherwise
@@ -621,18 +650,46 @@ def _launch_odds(best: FrozenTrial, move: Move, launched: Sequence[tuple[dict[st
 
     Only launches with the moved value say whether it fits: a memory fraction of 0.96 that
     ran out of memory from one incumbent is unlikely to fit from its neighbour, however many
-    launches at 0.94 around it went well."""
+    launches at 0.94 around it went well. Unless the neighbour had more memory to spare: a
+    failure of the same move from a configuration that had less GPU memory left after
+    start-up than the incumbent has (:func:`_outgrown`) does not count against it."""
     name, value = move.name, move.value
     dist, current = best.distributions[name], best.params[name]
     plan = {**best.params, name: value}
     weight, failed = LAUNCH_PRIOR_WEIGHT, LAUNCH_PRIOR_WEIGHT * LAUNCH_FAILURE_PRIOR
-    for params, did_fail in launched:
-        if name not in params or not _bears_on(dist, current, value, params[name], did_fail):
+    room = _memory_left(best.params, launched)
+    for launch in launched:
+        params = launch.params
+        if name not in params or not _bears_on(dist, current, value, params[name], launch.failed):
+            continue
+        if launch.failed and room is not None and _outgrown(launch, name, current, room, launched):
             continue
         w = LAUNCH_KERNEL ** _distance({**params, name: value}, plan)
         weight += w
-        failed += w * did_fail
+        failed += w * launch.failed
     return 1.0 - failed / weight
+
+
+def _memory_left(params: Mapping[str, Any], launched: Sequence[Launch]) -> float | None:
+    """The mean GPU memory left after start-up over the launches of one configuration that
+    reported it; None without any."""
+    found = [
+        launch.memory_left_gib
+        for launch in launched
+        if launch.memory_left_gib is not None and _distance(launch.params, params) == 0
+    ]
+    return sum(found) / len(found) if found else None
+
+
+def _outgrown(failure: Launch, name: str, current: Any, room: float, launched: Sequence[Launch]) -> bool:
+    """Whether a failed launch was the move of ``name`` from ``current`` made from a
+    configuration that had at least :data:`MEMORY_MARGIN_GIB` less GPU memory left than
+    ``room``, the incumbent's: the same move from the incumbent starts with that much more
+    memory than the one that ran out (the incumbent's smaller CUDA graphs or NCCL buffers
+    leave room for a larger static fraction)."""
+    origin = {**failure.params, name: current}
+    left = _memory_left(origin, launched)
+    return left is not None and room >= left + MEMORY_MARGIN_GIB
 
 
 def _bears_on(dist: BaseDistribution, current: Any, value: Any, launched: Any, failed: bool) -> bool:

@@ -160,6 +160,18 @@ def server_s(t: FrozenTrial) -> float:
     return float(t.user_attrs.get(SERVER_S, 0.0) or 0.0)
 
 
+def memory_left_gib(t: FrozenTrial) -> float | None:
+    """GPU memory a trial's server had left after start-up (see
+    :attr:`TrialRecord.memory_left_gib`)."""
+    return _memory_left(t.user_attrs)
+
+
+def _memory_left(attrs: Mapping[str, Any]) -> float | None:
+    info = attrs.get(SERVER_INFO)
+    value = info.get(MEMORY_LEFT_KEY) if isinstance(info, dict) else None
+    return float(value) if isinstance(value, int | float) else None
+
+
 def server_key(t: FrozenTrial | optuna.Trial | _StoredTrial) -> str | None:
     """The resolved server a trial ran (its rendered configuration for older records)."""
     return t.user_attrs.get(SERVER_KEY, t.user_attrs.get(CONFIG_KEY))
@@ -313,9 +325,7 @@ class TrialRecord:
         """GPU memory the server had left after start-up (the tightest GPU's, GiB): how close
         the launch came to running out of memory; None where its log did not say
         (:meth:`tuner.engines.base.Engine.memory_report`)."""
-        info = self.attrs.get(SERVER_INFO)
-        value = info.get(MEMORY_LEFT_KEY) if isinstance(info, dict) else None
-        return float(value) if isinstance(value, int | float) else None
+        return _memory_left(self.attrs)
 
 
 @dataclass
