@@ -35,7 +35,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from _common import load_best, per_seed, result_name, space_named, write_result
+from _common import WITHIN_2, load_best, per_seed, result_name, space_named, write_result
 from _tables import format_table
 from optuna.trial import TrialState
 from space_best import true_value
@@ -117,7 +117,7 @@ def analyse(studies: list[dict[str, Any]]) -> dict[str, Any]:
     shares = [s["share"] for s in studies]
     return {
         "seeds": len(studies),
-        "within_2": sum(x >= 0.98 for x in shares) / len(shares),
+        "within_2": sum(x >= WITHIN_2 for x in shares) / len(shares),
         "median_share": statistics.median(shares),
         "knobs": table,
         "studies": studies,

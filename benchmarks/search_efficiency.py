@@ -41,7 +41,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from _common import load_best, result_name, share_text, write_result
+from _common import WITHIN_2, load_best, result_name, share_text, write_result
 from _tables import format_table, format_targets
 
 from studies import GRID, HANDPICKED, Job, StudyResult, median_or_none, run_jobs
@@ -75,11 +75,11 @@ def jobs(
 def score(results: list[StudyResult], best: float, budget: int | None) -> dict[str, Any]:
     """The table row of one strategy: its studies scored when ``budget`` is used up."""
     finals = [r.final(budget) for r in results]
-    to2 = [r.launches_to(0.98 * best, budget) for r in results]
+    to2 = [r.launches_to(WITHIN_2 * best, budget) for r in results]
     return {
         "seeds": len(results),
         "trials": max(len(r.rec_value[: r.trials_within(budget)]) for r in results),
-        "within_2": sum(v >= 0.98 * best for v in finals) / len(results),
+        "within_2": sum(v >= WITHIN_2 * best for v in finals) / len(results),
         "within_5": sum(v >= 0.95 * best for v in finals) / len(results),
         "median_final_share": float(sorted(finals)[len(finals) // 2] / best),
         "median_trials_to_2": median_or_none(to2),
@@ -113,7 +113,7 @@ def _random_extras(results: list[StudyResult], best: float) -> dict[str, Any]:
     """Random search beyond the budget (its median trials to 2%) and the hit rate of one draw."""
     extended = score(results, best, None)
     drawn = [v for r in results for v in (r.trial_value or [])]
-    hits = sum(v >= 0.98 * best for v in drawn)
+    hits = sum(v >= WITHIN_2 * best for v in drawn)
     p = hits / len(drawn) if drawn else 0.0
     return {
         "extended": {k: extended[k] for k in ("trials", "median_trials_to_2", "reached_2", "trials_to_2")},
@@ -220,7 +220,7 @@ def notes(summary: dict[str, Any]) -> list[str]:
     exp = hr["expected_median_trials"]
     tuner = summary["rows"]["tuner"]
     shares = sorted(v / summary["best"] for v in tuner["final_values"])
-    near = sum(0.97 <= s < 0.98 for s in shares)
+    near = sum(0.97 <= s < WITHIN_2 for s in shares)
     return [
         f"Tuner default, recommendations of the {len(shares)} seeds: lowest {shares[0]:.1%} of the best, "
         f"median {shares[len(shares) // 2]:.1%}; {near} between 2% and 3% below the best. "

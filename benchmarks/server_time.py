@@ -22,7 +22,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from _common import load_best, write_result
+from _common import WITHIN_2, load_best, write_result
 from _tables import format_table, format_targets
 
 from studies import Job, StudyResult, run_jobs
@@ -56,7 +56,7 @@ def analyse(results: list[StudyResult], best: float, budget: int) -> dict[str, A
             "seeds": len(rs),
             "server_h_mean": sum(r.server_h() for r in rs) / len(rs),
             "launches_mean": sum(launches) / len(rs),
-            "within_2": sum(v >= 0.98 * best for v in finals) / len(rs),
+            "within_2": sum(v >= WITHIN_2 * best for v in finals) / len(rs),
             "median_final_share": float(sorted(finals)[len(finals) // 2] / best),
         }
     default = rows["tuner"]["server_h_mean"]

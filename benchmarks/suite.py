@@ -50,7 +50,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from _common import RESULTS, load_best, machine, share_text, space_named, write_result
+from _common import RESULTS, WITHIN_2, load_best, machine, share_text, space_named, write_result
 from _tables import format_table, format_targets, markdown_table
 
 from studies import Job, StudyResult, applies, median_or_none, run_jobs
@@ -193,14 +193,14 @@ def score(results: list[StudyResult], best: float, budget: int) -> dict[str, Any
     """One strategy on one space (see the module docstring)."""
     finals = [r.final() for r in results]
     shares = [v / best for v in finals]
-    to2 = [r.launches_to(0.98 * best) for r in results]
+    to2 = [r.launches_to(WITHIN_2 * best) for r in results]
     trials = sum(sum(r.outcomes.values()) for r in results)
     rejected = sum(r.outcomes.get("infeasible", 0) for r in results)
     return {
         "seeds": len(results),
-        "within_2": sum(s >= 0.98 for s in shares) / len(results),
+        "within_2": sum(s >= WITHIN_2 for s in shares) / len(results),
         "within_5": sum(s >= 0.95 for s in shares) / len(results),
-        "launched_2": _launched_share(results, 0.98 * best),
+        "launched_2": _launched_share(results, WITHIN_2 * best),
         "median_share": float(statistics.median(shares)),
         "worst_share": min(shares),
         "median_trials_to_2": median_or_none(to2),
@@ -245,7 +245,7 @@ def aggregate(per_space: dict[str, dict[str, Any]], names: Sequence[str]) -> dic
         out[strategy] = {
             "spaces": len(rows),
             "seeds": sum(r["seeds"] for r in rows),
-            "within_2": sum(s >= 0.98 for s in shares) / len(shares),
+            "within_2": sum(s >= WITHIN_2 for s in shares) / len(shares),
             "within_5": sum(s >= 0.95 for s in shares) / len(shares),
             "launched_2": None
             if any(r.get("launched_2") is None for r in rows)

@@ -27,6 +27,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+from _common import WITHIN_2
 from _tables import format_table
 
 #: Shares closer than this are the same study's recommendation (floating-point noise only).
@@ -68,8 +69,8 @@ def paired(before: dict[str, Any], after: dict[str, Any]) -> Paired | None:
         server = sum(y - x for x, y in hours if x is not None and y is not None) / len(seeds)
     return Paired(
         seeds=len(seeds),
-        within_2_before=sum(a[s][0] >= 0.98 for s in seeds),
-        within_2_after=sum(b[s][0] >= 0.98 for s in seeds),
+        within_2_before=sum(a[s][0] >= WITHIN_2 for s in seeds),
+        within_2_after=sum(b[s][0] >= WITHIN_2 for s in seeds),
         mean_diff=mean,
         se=math.sqrt(var / len(diffs)),
         higher=sum(d > SAME for d in diffs),

@@ -24,7 +24,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from _common import load_best, reference_space, write_result
+from _common import WITHIN_2, load_best, reference_space, write_result
 from _tables import format_table
 from space_best import true_value
 
@@ -98,11 +98,11 @@ def analyse(
     for i, (name, label) in enumerate(GROUPS.items()):
         rs = results[i * seeds : (i + 1) * seeds]
         finals = [r.final() for r in rs]
-        to2 = [r.trials_to(0.98 * best) for r in rs]
+        to2 = [r.trials_to(WITHIN_2 * best) for r in rs]
         rows[name] = {
             "label": label,
             "seeds": len(rs),
-            "within_2": sum(v >= 0.98 * best for v in finals) / len(rs),
+            "within_2": sum(v >= WITHIN_2 * best for v in finals) / len(rs),
             "within_5": sum(v >= 0.95 * best for v in finals) / len(rs),
             "median_trials_to_2": median_or_none(to2),
             "reached_2": sum(t is not None for t in to2),
