@@ -301,8 +301,9 @@ class IncumbentLocalSampler(BaseSampler):
         every single change was tried. ``floor`` is the additive model of how far launches
         came above the objective's constraints (:func:`floor_model`), None without any."""
         launched = launches(done)
+        room = _memory_left(best.params, launched)
         moves = self._moves(best, model, floor)
-        moves = [replace(m, launches=_launch_odds(best, m, launched)) for m in moves]
+        moves = [replace(m, launches=_launch_odds(best, m, launched, room)) for m in moves]
         moves.sort(key=lambda m: (m.worth, self._rng.random()), reverse=True)
         for move in moves:
             plan = {**best.params, move.name: move.value}
@@ -641,7 +642,9 @@ def launches(done: Sequence[FrozenTrial]) -> list[Launch]:
     ]
 
 
-def _launch_odds(best: FrozenTrial, move: Move, launched: Sequence[Launch]) -> float:
+def _launch_odds(
+    best: FrozenTrial, move: Move, launched: Sequence[Launch], room: float | None = None
+) -> float:
     """Probability that the incumbent with ``move`` applied launches, from the study's launches
     that set the moved parameter to the same value (or, on an ordered axis, further the same
     way: see :func:`_bears_on`), weighted by how close they are otherwise
@@ -652,12 +655,12 @@ def _launch_odds(best: FrozenTrial, move: Move, launched: Sequence[Launch]) -> f
     ran out of memory from one incumbent is unlikely to fit from its neighbour, however many
     launches at 0.94 around it went well. Unless the neighbour had more memory to spare: a
     failure of the same move from a configuration that had less GPU memory left after
-    start-up than the incumbent has (:func:`_outgrown`) does not count against it."""
+    start-up than the incumbent has (``room``, GiB; None where unknown: :func:`_outgrown`)
+    does not count against it."""
     name, value = move.name, move.value
     dist, current = best.distributions[name], best.params[name]
     plan = {**best.params, name: value}
     weight, failed = LAUNCH_PRIOR_WEIGHT, LAUNCH_PRIOR_WEIGHT * LAUNCH_FAILURE_PRIOR
-    room = _memory_left(best.params, launched)
     for launch in launched:
         params = launch.params
         if name not in params or not _bears_on(dist, current, value, params[name], launch.failed):
