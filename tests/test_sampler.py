@@ -20,7 +20,7 @@ from tuner.sampler import (
     Launch,
     Move,
     _launch_odds,
-    _memory_left,
+    _mean_memory_left,
     _spread,
     confounded_values,
     hopeless_values,
@@ -129,7 +129,7 @@ def test_a_memory_fraction_that_ran_out_is_tried_again_from_an_incumbent_with_mo
 
     def odds(incumbent: dict[str, object], launched: list[Launch]) -> float:
         best = optuna.trial.create_trial(params=incumbent, distributions=dists, value=1.0)
-        room = _memory_left(incumbent, launched)
+        room = _mean_memory_left(incumbent, launched)
         return _launch_odds(best, Move("mem", 0.94, 0.0, 0.1), launched, room)
 
     failure = Launch({"mem": 0.94, "graphs": 512, "proto": "LL"}, True)

@@ -301,7 +301,7 @@ class IncumbentLocalSampler(BaseSampler):
         every single change was tried. ``floor`` is the additive model of how far launches
         came above the objective's constraints (:func:`floor_model`), None without any."""
         launched = launches(done)
-        room = _memory_left(best.params, launched)
+        room = _mean_memory_left(best.params, launched)
         moves = self._moves(best, model, floor)
         moves = [replace(m, launches=_launch_odds(best, m, launched, room)) for m in moves]
         moves.sort(key=lambda m: (m.worth, self._rng.random()), reverse=True)
@@ -673,7 +673,7 @@ def _launch_odds(
     return 1.0 - failed / weight
 
 
-def _memory_left(params: Mapping[str, Any], launched: Sequence[Launch]) -> float | None:
+def _mean_memory_left(params: Mapping[str, Any], launched: Sequence[Launch]) -> float | None:
     """The mean GPU memory left after start-up over the launches of one configuration that
     reported it; None without any."""
     found = [
@@ -691,7 +691,7 @@ def _outgrown(failure: Launch, name: str, current: Any, room: float, launched: S
     memory than the one that ran out (the incumbent's smaller CUDA graphs or NCCL buffers
     leave room for a larger static fraction)."""
     origin = {**failure.params, name: current}
-    left = _memory_left(origin, launched)
+    left = _mean_memory_left(origin, launched)
     return left is not None and room >= left + MEMORY_MARGIN_GIB
 
 
