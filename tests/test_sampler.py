@@ -426,3 +426,27 @@ def test_a_study_with_no_feasible_configuration_walks_towards_the_floor():
     blind = [reached(floor_study(seed, walk_to_floor=False)) for seed in range(6)]
     assert sum(walked) >= 5, walked
     assert sum(walked) > sum(blind), (walked, blind)  # the walk, not luck, reaches the floor
+
+
+def test_a_stepped_memory_fraction_is_proposed_as_the_value_the_space_lists():
+    # TPE draws a stepped float as low + k * step: 0.8 + 6 * 0.01 is 0.8600000000000001. The
+    # walk's model tells values apart by repr, so such a value would split one memory
+    # fraction's launches in two; every proposal carries the grid's value instead.
+    dists = {
+        "mem": FloatDistribution(0.8, 0.95, step=0.01),
+        "k": CategoricalDistribution([0, 1, 2]),
+    }
+    sampler = IncumbentLocalSampler(
+        seed=0, local_share=0.0, identity=lambda p: repr(sorted(p.items())), distributions=dists
+    )
+    study = optuna.create_study(direction="maximize", sampler=sampler)
+
+    def objective(trial: optuna.Trial) -> float:
+        mem = trial.suggest_float("mem", 0.8, 0.95, step=0.01)
+        k = trial.suggest_categorical("k", [0, 1, 2])
+        trial.set_user_attr(trial_record.OUTCOME, "complete")
+        return 100.0 * mem + k
+
+    study.optimize(objective, n_trials=25)
+    fractions = [t.params["mem"] for t in study.trials]
+    assert all(repr(v) == repr(round(v, 2)) for v in fractions), fractions

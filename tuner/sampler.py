@@ -398,7 +398,9 @@ class IncumbentLocalSampler(BaseSampler):
             for name, dist in self._distributions.items():
                 if name not in plan:
                     plan[name] = self._tpe.sample_independent(study, trial, name, dist)
-            plan = self._without_hopeless(plan)
+            plan = self._without_hopeless(
+                {name: _on_grid(self._distributions.get(name), v) for name, v in plan.items()}
+            )
             self._plans[trial.number] = plan
             key = self._key(plan)
             if key is not None and key not in seen:
@@ -458,6 +460,15 @@ class IncumbentLocalSampler(BaseSampler):
             # of the configuration (memory, layout), so those values stay candidates.
             self._tabu.add((change[0], repr(change[1])))
         self._tpe.after_trial(study, trial, state, values)
+
+
+def _on_grid(dist: BaseDistribution | None, value: Any) -> Any:
+    """A stepped float as the value of the grid it stands for: TPE computes ``low + k * step``,
+    which gives 0.8600000000000001 where the space says 0.86, and the walk's model tells values
+    apart by ``repr`` (the two would split one memory fraction's launches between them)."""
+    if isinstance(dist, FloatDistribution) and dist.step and isinstance(value, float):
+        return round(value, 10)
+    return value
 
 
 # --- what the study expects of a change ------------------------------------------------------
