@@ -332,3 +332,43 @@ def test_the_noise_ceiling_replays_ideal_studies_from_measured_launches() -> Non
     assert noise_ceiling.equal_allocation(same, hits, 4, 2000, rng) < 0.6
     # The order of the rows does not matter: the hit is found by its flag, not its place.
     assert noise_ceiling.equal_allocation(apart[::-1], hits[::-1], 1, 300, rng) == 1.0
+
+
+def test_the_request_sets_benchmark_scores_the_mean_of_draws_no_study_measures_on() -> None:
+    """benchmarks/request_sets.py: a configuration's expected value is the mean of its
+    noise-free values on the request sets from FIRST_REQUEST_SEED, which differ where replies
+    end on their own (the reference target), so it is not the truth's one draw; one that
+    does not launch scores 0 on every scoring."""
+    import request_sets
+    from _common import load_best, objective_value, space_objective
+    from space_best import true_value
+
+    from tuner.sim.model import PerfModel
+    from tuner.sim.serving import simulate_sweep
+
+    space = space_named("kimi-k2.6-8x-rtx-pro-6000")
+    best = space.complete(load_best("kimi-k2.6-8x-rtx-pro-6000", suite=True)["params"])
+    spec = space.render(best)
+    model = PerfModel.build(space.hardware, space.model, spec.argv, spec.env)
+    seeds = range(
+        request_sets.FIRST_REQUEST_SEED, request_sets.FIRST_REQUEST_SEED + request_sets.REQUEST_SETS
+    )
+    per_set = [
+        objective_value(
+            space_objective(space), simulate_sweep(model, space.workload, noise=0, requests_seed=s)
+        )
+        for s in seeds
+    ]
+    assert len({round(v, 1) for v in per_set}) > 1, "the draws should differ: replies end on their own"
+    cache: dict[str, float] = {}
+    mean = request_sets.expected_value(space, best, cache)
+    assert mean == pytest.approx(sum(per_set) / len(per_set))
+    assert mean != pytest.approx(true_value(space, best), rel=1e-4)
+    assert cache[space.key(best)] == mean
+
+    # The largest static fraction with CUDA graphs up to batch 512 runs out of memory at capture.
+    too_big = space.complete(
+        {**best, "mem_fraction_static": 0.94, "cuda_graph_max_bs": 512, "max_running_requests": 512}
+    )
+    assert true_value(space, too_big) == 0.0
+    assert request_sets.expected_value(space, too_big, cache) == 0.0
