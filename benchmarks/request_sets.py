@@ -35,11 +35,9 @@ from _common import (
     WITHIN_2,
     load_best,
     machine,
-    objective_value,
     per_seed,
     result_name,
     space_named,
-    space_objective,
     write_result,
 )
 from _tables import format_table
@@ -47,9 +45,6 @@ from space_best import coordinate_ascent, true_value
 
 from studies import STRATEGIES, Job
 from tuner import estimates
-from tuner.failures import LaunchFailure
-from tuner.sim.model import PerfModel
-from tuner.sim.serving import simulate_sweep
 from tuner.space import Space
 from tuner.study import StudyStopped
 
@@ -64,24 +59,8 @@ def expected_value(space: Space, params: dict[str, Any], cache: dict[str, float]
     """Noise-free value of a configuration under the space's whole objective, averaged over
     :data:`REQUEST_SETS` request sets (0 when it cannot launch or misses a constraint on
     any of them, as a deployment that misses its floor on some traffic does)."""
-    key = space.key(params)
-    if key in cache:
-        return cache[key]
-    value = 0.0
-    if not space.check(params):
-        spec = space.render(params)
-        objective = space_objective(space)
-        try:
-            model = PerfModel.build(space.hardware, space.model, spec.argv, spec.env)
-            values = [
-                objective_value(objective, simulate_sweep(model, space.workload, noise=0, requests_seed=seed))
-                for seed in range(FIRST_REQUEST_SEED, FIRST_REQUEST_SEED + REQUEST_SETS)
-            ]
-            value = 0.0 if min(values) <= 0 else sum(values) / len(values)
-        except LaunchFailure:
-            value = 0.0
-    cache[key] = value
-    return value
+    seeds = range(FIRST_REQUEST_SEED, FIRST_REQUEST_SEED + REQUEST_SETS)
+    return true_value(space, params, cache, requests_seeds=seeds)
 
 
 def recommend(space_name: str, seed: int, budget: int) -> dict[str, Any] | None:
@@ -103,28 +82,30 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     best_expected, best_params = coordinate_ascent(
         space, space.complete(stored["params"]), expected, value=expected_value
     )
+    stored_params = space.complete(stored["params"])
     rows: list[dict[str, Any]] = []
-    one_set: list[float] = []
-    on_mean: list[float] = []
     for seed, params in enumerate(recommended):
         rec = space.complete(params) if params is not None else None
-        one_set.append(true_value(space, rec, truth) / stored["value"] if rec is not None else 0.0)
-        on_mean.append(expected_value(space, rec, expected) / best_expected if rec is not None else 0.0)
         rows.append(
-            {"seed": seed, "one_set_share": one_set[-1], "expected_share": on_mean[-1], "recommended": rec}
+            {
+                "seed": seed,
+                "one_set_share": true_value(space, rec, truth) / stored["value"] if rec else 0.0,
+                "expected_share": expected_value(space, rec, expected) / best_expected if rec else 0.0,
+                "recommended": rec,
+            }
         )
-    within_one = sum(share >= WITHIN_2 for share in one_set)
-    within_mean = sum(share >= WITHIN_2 for share in on_mean)
-    stored_share = expected_value(space, space.complete(stored["params"]), expected) / best_expected
+    within_one = sum(r["one_set_share"] >= WITHIN_2 for r in rows)
+    within_mean = sum(r["expected_share"] >= WITHIN_2 for r in rows)
+    stored_share = expected_value(space, stored_params, expected) / best_expected
     summary = {
         "space": args.space,
         "budget": args.budget,
         "request_sets": REQUEST_SETS,
         "stored_best_expected_share": stored_share,
         "best_differs": {
-            name: {"stored": stored["params"].get(name), "expected": value}
+            name: {"stored": stored_params.get(name), "expected": value}
             for name, value in best_params.items()
-            if repr(value) != repr(space.complete(stored["params"]).get(name))
+            if repr(value) != repr(stored_params.get(name))
         },
         "within_2_one_set": within_one,
         "within_2_expected": within_mean,
@@ -137,8 +118,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         f"scored on the truth's request set and on the mean of {REQUEST_SETS} others."
     )
     table = [
-        [str(seed), f"{100 * one:.1f}%", f"{100 * mean:.1f}%"]
-        for seed, (one, mean) in enumerate(zip(one_set, on_mean, strict=True))
+        [str(r["seed"]), f"{100 * r['one_set_share']:.1f}%", f"{100 * r['expected_share']:.1f}%"]
+        for r in rows
     ]
     print(format_table(["seed", "share of best, one set", f"share of best, mean of {REQUEST_SETS}"], table))
     print(

@@ -22,7 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -40,19 +40,33 @@ from tuner.space import Space, SpaceError
 TRUTH_SEED = 0
 
 
-def true_value(space: Space, params: dict[str, Any], cache: dict[str, float] | None = None) -> float:
+def true_value(
+    space: Space,
+    params: dict[str, Any],
+    cache: dict[str, float] | None = None,
+    requests_seeds: Sequence[int] | None = None,
+) -> float:
     """Noise-free value of a configuration under the space's whole objective (0 when it
-    cannot launch or misses a constraint)."""
+    cannot launch or misses a constraint), on the truth's draw of the workload's requests
+    (:data:`TRUTH_SEED`) or, given ``requests_seeds``, the mean over those request sets (0
+    when it misses a constraint on any of them). A ``cache`` holds one of the two scorings."""
     key = space.key(params)
     if cache is not None and key in cache:
         return cache[key]
     value = 0.0
     if not space.check(params):
         spec = space.render(params)
+        objective = space_objective(space)
         try:
             model = PerfModel.build(space.hardware, space.model, spec.argv, spec.env)
-            records = simulate_sweep(model, space.workload, seed=TRUTH_SEED, noise=0)
-            value = objective_value(space_objective(space), records)
+            if requests_seeds is None:
+                sweeps = [simulate_sweep(model, space.workload, seed=TRUTH_SEED, noise=0)]
+            else:
+                sweeps = [
+                    simulate_sweep(model, space.workload, noise=0, requests_seed=s) for s in requests_seeds
+                ]
+            values = [objective_value(objective, records) for records in sweeps]
+            value = 0.0 if min(values) <= 0 else sum(values) / len(values)
         except LaunchFailure:
             value = 0.0
     if cache is not None:
