@@ -327,6 +327,40 @@ def test_pruned_proposals_condemn_the_value_that_explains_them_not_every_value_t
     assert hopeless_values(three) == {("eplb", "True")}
 
 
+def test_a_value_whose_pruned_launches_other_values_explain_is_not_condemned():
+    # Two pruned TPE proposals set an fp8 KV cache, one with a 4096-token prefill chunk and
+    # one with 2048; walk moves alone to a 2048 chunk and to a request cap of 128 were pruned
+    # too, and a proposal with the 4096 chunk and that cap. The chunk of 2048 and the cap
+    # explain launches nothing else explains; the fp8 cache (the best value of its knob on a
+    # goodput space) only shares launches the chunks explain as well, so it stays a
+    # candidate, as does the 4096 chunk, whose launches the cap and the cache explain.
+    dists = {
+        "kv": CategoricalDistribution(["auto", "fp8"]),
+        "chunk": CategoricalDistribution([None, 2048, 4096]),
+        "cap": CategoricalDistribution([None, 128]),
+    }
+
+    def trial(state: optuna.trial.TrialState, **params) -> optuna.trial.FrozenTrial:
+        return optuna.trial.create_trial(
+            state=state,
+            params=params,
+            distributions=dists,
+            value=100.0 if state == optuna.trial.TrialState.COMPLETE else None,
+            user_attrs={trial_record.OUTCOME: "complete"} if state == optuna.trial.TrialState.COMPLETE else {},
+        )
+
+    pruned = optuna.trial.TrialState.PRUNED
+    done = [
+        trial(optuna.trial.TrialState.COMPLETE, kv="auto", chunk=None, cap=None),
+        trial(pruned, kv="fp8", chunk=4096, cap=None),
+        trial(pruned, kv="fp8", chunk=2048, cap=None),
+        trial(pruned, kv="auto", chunk=4096, cap=128),
+        trial(pruned, kv="auto", chunk=2048, cap=None),
+        trial(pruned, kv="auto", chunk=None, cap=128),
+    ]
+    assert hopeless_values(done) == {("chunk", "2048"), ("cap", "128")}
+
+
 def closeness_to(floor: float) -> Callable[[optuna.trial.FrozenTrial], float | None]:
     """How close a trial came to a single-stream ``floor`` (>= 1: met), as ``tuner search``
     tells the sampler (tuner.objectives.Objective.feasibility)."""

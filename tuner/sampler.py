@@ -790,12 +790,22 @@ def confounded_values(done: Sequence[FrozenTrial]) -> set[tuple[str, str]]:
 
 def _clearest_culprits(blamed: Mapping[tuple[str, str], frozenset[int]]) -> list[tuple[str, str]]:
     """Of the values blamed by at least :data:`HOPELESS_PRUNES` pruned launches (by index),
-    those blamed by the most that no other value shares exactly; [] when there are none."""
+    those blamed by the most that blame alone at least one of their launches: a value whose
+    every pruned launch is blamed as often on another value (the same launches, or some on
+    one and the rest on another) cannot be told from them yet; [] when there are none.
+
+    Two pruned proposals that set an fp8 KV cache, one with a 2048-token prefill chunk and
+    one with 4096, while other pruned launches set those chunks: the chunks explain both,
+    and the KV cache (the best value of its knob on a goodput space, worth 40% there) stays
+    a candidate instead of being condemned for sharing their launches."""
     sizes = sorted({len(b) for b in blamed.values() if len(b) >= HOPELESS_PRUNES}, reverse=True)
     for size in sizes:
         level = [pair for pair, b in blamed.items() if len(b) == size]
-        shared = [blamed[pair] for pair in level]
-        unique = [pair for pair in level if shared.count(blamed[pair]) == 1]
+        unique = [
+            pair
+            for pair in level
+            if not blamed[pair] <= frozenset().union(*(blamed[other] for other in level if other != pair))
+        ]
         if unique:
             return unique
     return []
