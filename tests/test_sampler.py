@@ -346,7 +346,9 @@ def test_a_value_whose_pruned_launches_other_values_explain_is_not_condemned():
             params=params,
             distributions=dists,
             value=100.0 if state == optuna.trial.TrialState.COMPLETE else None,
-            user_attrs={trial_record.OUTCOME: "complete"} if state == optuna.trial.TrialState.COMPLETE else {},
+            user_attrs={trial_record.OUTCOME: "complete"}
+            if state == optuna.trial.TrialState.COMPLETE
+            else {},
         )
 
     pruned = optuna.trial.TrialState.PRUNED
