@@ -790,13 +790,14 @@ def confounded_values(done: Sequence[FrozenTrial]) -> set[tuple[str, str]]:
 
 def _clearest_culprits(blamed: Mapping[tuple[str, str], frozenset[int]]) -> list[tuple[str, str]]:
     """Of the values blamed by at least :data:`HOPELESS_PRUNES` pruned launches (by index),
-    those blamed by the most that blame alone at least one of their launches: a value whose
-    every pruned launch is blamed as often on another value (the same launches, or some on
-    one and the rest on another) cannot be told from them yet; [] when there are none.
+    those blamed by the most, each only where one of its launches at least is blamed on
+    none of the others blamed as often; [] when there are none. A value whose every pruned
+    launch another such value explains as well (the same launches, or some one value's and
+    the rest another's) cannot be told from them yet.
 
     Two pruned proposals that set an fp8 KV cache, one with a 2048-token prefill chunk and
     one with 4096, while other pruned launches set those chunks: the chunks explain both,
-    and the KV cache (the best value of its knob on a goodput space, worth 40% there) stays
+    and the KV cache (the best value of its knob on a goodput space, worth 42% there) stays
     a candidate instead of being condemned for sharing their launches."""
     sizes = sorted({len(b) for b in blamed.values() if len(b) >= HOPELESS_PRUNES}, reverse=True)
     for size in sizes:
