@@ -44,6 +44,7 @@ are redrawn here rather than handed to the study: a TPE proposal is drawn again 
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -802,11 +803,8 @@ def _clearest_culprits(blamed: Mapping[tuple[str, str], frozenset[int]]) -> list
     sizes = sorted({len(b) for b in blamed.values() if len(b) >= HOPELESS_PRUNES}, reverse=True)
     for size in sizes:
         level = [pair for pair, b in blamed.items() if len(b) == size]
-        unique = [
-            pair
-            for pair in level
-            if not blamed[pair] <= frozenset().union(*(blamed[other] for other in level if other != pair))
-        ]
+        blamers = Counter(i for pair in level for i in blamed[pair])
+        unique = [pair for pair in level if any(blamers[i] == 1 for i in blamed[pair])]
         if unique:
             return unique
     return []
