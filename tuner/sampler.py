@@ -127,6 +127,13 @@ EXTRAPOLATION_SHRINK = 0.5
 HOPELESS_PRUNES = 2
 #: Proposals tried to find a configuration the rules accept and not measured yet.
 MAX_ATTEMPTS = 50
+#: Decimal places of a move's worth (a change of log(objective): 1e-9 is a millionth of a
+#: percent) that rank moves; equal worths are ordered by the study's seeded generator.
+#: Moves the model cannot tell apart (unmeasured values with the same prior) differ in
+#: the last bits of their floating-point sums, which depend on the BLAS build and its
+#: threads: at full precision those bits, not the seed, chose among them, so the same
+#: ``--seed`` took another path on another machine, or after another import order.
+WORTH_DECIMALS = 9
 #: Launches two values of different parameters must share, and no other, before the walk
 #: treats them as confounded (:func:`confounded_values`). Two: the reference start points
 #: bundle NCCL_PROTO=LL with other NCCL settings (channels, threads, buffers) in three
@@ -305,8 +312,7 @@ class IncumbentLocalSampler(BaseSampler):
         room = _mean_memory_left(best.params, launched)
         moves = self._moves(best, model, floor)
         moves = [replace(m, launches=_launch_odds(best, m, launched, room)) for m in moves]
-        moves.sort(key=lambda m: (m.worth, self._rng.random()), reverse=True)
-        for move in moves:
+        for move in ranked(moves, self._rng):
             plan = {**best.params, move.name: move.value}
             key = self._key(plan)
             if key is not None and key not in seen:
@@ -461,6 +467,13 @@ class IncumbentLocalSampler(BaseSampler):
             # of the configuration (memory, layout), so those values stay candidates.
             self._tabu.add((change[0], repr(change[1])))
         self._tpe.after_trial(study, trial, state, values)
+
+
+def ranked(moves: Sequence[Move], rng: np.random.Generator) -> list[Move]:
+    """``moves``, the most worth first; those of equal worth to :data:`WORTH_DECIMALS`
+    places in an order drawn from ``rng`` (the study's seed decides between moves the model
+    cannot tell apart, not the last bits of their arithmetic)."""
+    return sorted(moves, key=lambda m: (round(m.worth, WORTH_DECIMALS), rng.random()), reverse=True)
 
 
 def _on_grid(dist: BaseDistribution | None, value: Any) -> Any:
