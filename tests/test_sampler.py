@@ -100,8 +100,8 @@ def test_stepped_moves_reach_the_end_of_the_range():
 
 def test_the_seed_not_floating_point_noise_orders_moves_the_model_cannot_tell_apart():
     # Two unmeasured values with the same prior: their standard deviations come out of the
-    # model's covariance and differ in the last bits with the BLAS build and its threads
-    # (figures from two runs of one study that differed only in import order).
+    # model's covariance and differ in the last bits from process to process (figures from
+    # two runs of one study that differed only in import order).
     ulps = [
         Move("nccl_min_nchannels", 8, 0.0, 0.1931609643426267),
         Move("nccl_buffsize", 2**24, 0.0, 0.1931609643426263),

@@ -130,9 +130,10 @@ MAX_ATTEMPTS = 50
 #: Decimal places of a move's worth (a change of log(objective): 1e-9 is a millionth of a
 #: percent) that rank moves; equal worths are ordered by the study's seeded generator.
 #: Moves the model cannot tell apart (unmeasured values with the same prior) differ in
-#: the last bits of their floating-point sums, which depend on the BLAS build and its
-#: threads: at full precision those bits, not the seed, chose among them, so the same
-#: ``--seed`` took another path on another machine, or after another import order.
+#: the last bits of their floating-point sums, which vary from process to process (the
+#: BLAS kernels, their threads, the arrays' alignment in memory: here the import order
+#: alone changed them): at full precision those bits, not the seed, chose among them, so
+#: the same ``--seed`` could take another path in another process.
 WORTH_DECIMALS = 9
 #: Launches two values of different parameters must share, and no other, before the walk
 #: treats them as confounded (:func:`confounded_values`). Two: the reference start points
