@@ -3,6 +3,7 @@ reject many combinations. The budget buys launches, not proposals."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -17,9 +18,11 @@ from tuner import budget, effects, estimates, start_points, trial_record
 from tuner.objectives import Objective
 from tuner.sampler import (
     HOPELESS_PRUNES,
+    POOL_ELASTICITY,
     ROOM_PRIOR,
     IncumbentLocalSampler,
     Launch,
+    MemoryFraction,
     Move,
     _launch_odds,
     _mean_memory_left,
@@ -208,6 +211,109 @@ def test_while_requests_wait_for_room_the_walk_expects_more_room_to_help():
     assert reference.capacity_parameters() == {"mem_fraction_static", "max_running_requests"}
     vllm = load_space(resolve_space("vllm-deepseek-v3-8x-h200"))
     assert vllm.capacity_parameters() == {"gpu_memory_utilization", "max_num_seqs"}
+    # ... as is which of them sets the memory fraction, whose steps grow the KV cache pool.
+    assert reference.memory_fraction_parameter() == "mem_fraction_static"
+    assert vllm.memory_fraction_parameter() == "gpu_memory_utilization"
+
+
+def _launched(
+    dists: dict,
+    params: dict,
+    value: float | None,
+    *,
+    pool_gib: float = 13.4,
+    level: dict | None = None,
+    **attrs,
+) -> optuna.trial.FrozenTrial:
+    """A trial as a launch stores it: its heaviest level, its server's KV cache pool."""
+    user_attrs = {
+        trial_record.OUTCOME: "complete" if value is not None else "failed",
+        trial_record.SERVER_INFO: {"kv_cache_gib": pool_gib, "available_gpu_mem_gib": 2.0},
+        trial_record.LEVELS: [level or {"concurrency": 128, "output_tok_s": 700.0, "tpot_ms_mean": 143.0}],
+        **attrs,
+    }
+    if value is None:
+        return optuna.trial.create_trial(
+            params=params, distributions=dists, state=optuna.trial.TrialState.FAIL, user_attrs=user_attrs
+        )
+    return optuna.trial.create_trial(params=params, distributions=dists, value=value, user_attrs=user_attrs)
+
+
+def test_a_larger_memory_fraction_is_expected_to_gain_what_it_adds_to_a_binding_kv_pool():
+    # The incumbent's KV cache pool is 13.4 GiB per GPU on 96 GiB GPUs; at its heaviest
+    # level (128 clients) 700 tok/s at 143 ms per token means 100 clients decoding at a time
+    # (Little's law): the pool holds 100 requests' tokens. One step up (0.01) adds 0.96 GiB
+    # (+7%), four add 28%, but no more than the 28 clients that were waiting can start.
+    dists = {
+        "mem": FloatDistribution(0.80, 0.94, step=0.01),
+        "proto": CategoricalDistribution(["LL", "Simple"]),
+    }
+    memory = MemoryFraction("mem", gpu_memory_gib=96.0)
+    sampler = IncumbentLocalSampler(seed=0, memory_fraction=memory)
+
+    def gains(best: optuna.trial.FrozenTrial, model: effects.Effects | None = None) -> dict:
+        return {(m.name, m.value): m for m in sampler._moves(best, model)}
+
+    best = _launched(dists, {"mem": 0.88, "proto": "LL"}, 700.0)
+    moves = gains(best)
+    assert moves[("mem", 0.89)].mean == pytest.approx(POOL_ELASTICITY * math.log(1 + 0.96 / 13.4), rel=1e-3)
+    assert moves[("mem", 0.92)].mean == pytest.approx(POOL_ELASTICITY * math.log(128 / 100.1), rel=1e-2)
+    assert moves[("mem", 0.87)].mean == 0.0 and moves[("proto", "Simple")].mean == 0.0
+    # Every client decoding at once: the pool does not bind, and room gains nothing.
+    idle = _launched(
+        dists,
+        {"mem": 0.88, "proto": "LL"},
+        700.0,
+        level={"concurrency": 64, "output_tok_s": 700.0, "tpot_ms_mean": 91.4},
+    )
+    assert gains(idle)[("mem", 0.90)].mean == pytest.approx(0.0, abs=1e-3)
+    # A server that did not say its pool: no such prior.
+    silent = _launched(dists, {"mem": 0.88, "proto": "LL"}, 700.0, pool_gib=0.0)
+    assert gains(silent)[("mem", 0.90)].mean == 0.0
+
+    # One launch at 0.89, unlucky against a lucky incumbent, measured a loss: read against
+    # the pool's physics, the move is still expected to gain, with less uncertainty than
+    # either alone.
+    trials = [best, _launched(dists, {"mem": 0.89, "proto": "LL"}, 686.0)]
+    model = local_model(best, trials, estimates.NOISE_PRIOR)
+    assert model is not None and model.gain("mem", 0.88, 0.89)[0] < 0
+    measured = gains(best, model)[("mem", 0.89)]
+    assert 0 < measured.mean < moves[("mem", 0.89)].mean
+    assert measured.sd < model.gain("mem", 0.88, 0.89)[1]
+
+
+def test_a_change_that_ran_out_of_memory_is_tried_again_with_the_memory_fraction_a_step_down():
+    # From the incumbent (memory fraction 0.94, 16 MiB NCCL buffers), 8 NCCL channels ran out
+    # of memory at start-up. The walk offers it again with 0.93, expected to launch (the step
+    # frees 0.96 GiB the failed launch did not have) and to gain what 8 channels and the step
+    # down are expected to; a failure that was no memory failure (a crash) is not offered so.
+    dists = {
+        "mem": FloatDistribution(0.80, 0.94, step=0.01),
+        "channels": CategoricalDistribution([None, 8]),
+        "proto": CategoricalDistribution(["LL", "Simple"]),
+    }
+    best = _launched(dists, {"mem": 0.94, "channels": None, "proto": "LL"}, 1900.0)
+    trials = [best, _launched(dists, {"mem": 0.93, "channels": None, "proto": "LL"}, 1880.0)]
+
+    def plan(failure_class: str) -> dict | None:
+        failed = _launched(
+            dists,
+            {"mem": 0.94, "channels": 8, "proto": "LL"},
+            None,
+            **{trial_record.FAILURE_CLASS: failure_class},
+        )
+        done = [*trials, failed, _launched(dists, {"mem": 0.94, "channels": None, "proto": "Simple"}, 1500.0)]
+        sampler = IncumbentLocalSampler(seed=0, memory_fraction=MemoryFraction("mem", gpu_memory_gib=96.0))
+        model = local_model(best, done, estimates.NOISE_PRIOR)
+        seen = {sampler._key(t.params) for t in done}
+        local = sampler._local_plan(best, model, seen, done)
+        return None if local is None else local[0]
+
+    assert plan("oom") == {"mem": 0.93, "channels": 8, "proto": "LL"}
+    assert plan("crash") != {"mem": 0.93, "channels": 8, "proto": "LL"}
+    # Without a memory-fraction parameter the space has nothing to step down.
+    sampler = IncumbentLocalSampler(seed=0)
+    assert sampler._room_making(best, None, None, trials) == []
 
 
 def test_a_knob_measured_only_far_from_the_incumbent_is_uncertain_not_flat():

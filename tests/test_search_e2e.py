@@ -17,6 +17,7 @@ from pathlib import Path
 import optuna
 
 from tests.helpers import emulator_pids
+from tuner import trial_record
 from tuner.net import free_port
 from tuner.sim.model import PerfModel
 from tuner.sim.server import split_argv
@@ -84,6 +85,8 @@ def test_local_backend_study_with_oom_and_a_server_killed_mid_sweep(workdir: Pat
     plan = PerfModel.build("rtx-pro-6000-pcie-x8", "kimi-k2.6", sglang_argv, record.env).memory
     assert record.memory_left_gib == round(plan.available_gib, 2) > 0
     assert ok.user_attrs["server_info"]["cuda_graph_mem_gib"] == round(plan.cuda_graph_gib, 2) > 0
+    # ... and the KV cache pool it allocated, which the walk weighs a memory fraction by.
+    assert trial_record.kv_cache_gib(ok) == round(plan.kv_pool_gib, 2) > 0
 
     assert oom.user_attrs["outcome"] == "failed" and oom.user_attrs["failure_class"] == "oom"
     assert "Not enough memory" in oom.user_attrs["reason"]

@@ -33,7 +33,7 @@ import pytest
 import yaml
 
 from tuner.engines import sglang
-from tuner.engines.base import LaunchSpec
+from tuner.engines.base import KV_CACHE_KEY, LaunchSpec
 from tuner.measurers import LauncherMeasurer, SimMeasurer
 from tuner.objectives import Objective
 from tuner.preflight import HostPreflight, Verdict, adopt_host_release, probe
@@ -338,3 +338,31 @@ def test_the_memory_report_reads_the_installed_releases_own_lines():
     assert report == {"available_gpu_mem_gib": 7.52, "cuda_graph_mem_gib": 2.45}, lines
     # The scheduler's line alone (CUDA graphs off) still says what is left.
     assert sglang.memory_report(lines[2]) == {"available_gpu_mem_gib": 8.16}, lines[2]
+
+
+def test_the_memory_report_reads_the_kv_cache_pool_from_the_installed_releases_own_lines():
+    """The KV cache pool each rank allocated, as the installed release logs it (an MLA pool's
+    one size, another model's K and V sizes; a draft model's pool is not the server's), and
+    the size it resized the pool to after the CUDA graphs (a ``%``-formatted line): the
+    smallest rank's pool, the resized one where the pool was resized."""
+    srt = _site_packages() / "sglang" / "srt"
+    pool = (srt / "mem_cache" / "memory_pool.py").read_text()
+    resize = (srt / "model_executor" / "model_runner_components" / "kv_pool_runtime.py").read_text()
+
+    def pool_line(rank: str, marker: str, sizes: list[str], name: str = "KV Cache") -> str:
+        text = _printed(pool, marker, sizes)
+        assert text.startswith("x is allocated."), text  # the pool's name is a field
+        return f"[2026-12-06 00:00:00 {rank}] {name}{text[1:]}"
+
+    mla = pool_line("TP0", "KV size: {kv_size_GB:.2f} GB", ["17.21"])
+    mha = pool_line("TP1", "V size: {v_size_GB:.2f} GB", ["8.40", "8.40"])
+    draft = pool_line("TP0", "KV size: {kv_size_GB:.2f} GB", ["1.00"], name="Draft KV Cache")
+    assert sglang.memory_report(f"{mla}\n{mha}")[KV_CACHE_KEY] == 16.8
+    assert sglang.memory_report(f"{draft}\n{mla}")[KV_CACHE_KEY] == 17.21
+    at = resize.index("Post-capture KV sizing: KV cache allocated")
+    close = re.compile(r"\n\s*\)").search(resize, at)
+    assert close is not None
+    call = resize[resize.rindex("logger.info(", 0, at) : close.start()]
+    fmt = "".join(re.findall(r'"((?:[^"\\]|\\.)*)"', call))
+    resized = "[2026-12-06 00:00:00 TP0] " + fmt % ("torch.bfloat16", 270000, 18.02, 3.1)
+    assert sglang.memory_report(f"{mla}\n{resized}")[KV_CACHE_KEY] == 18.02

@@ -20,7 +20,13 @@ not measured yet gets its parameter's own spread of effects as its uncertainty (
 whose values all measured alike near the incumbent is probably flat; one measured only far
 from it is not known) and, for an ordered parameter, the trend
 of its measured neighbours (a memory fraction that gained going up probably gains going
-further up). A value measured only bundled with values of other parameters, in the same
+further up). A step up of the memory fraction is also expected to gain what it adds to the
+KV cache pool while the pool binds (:func:`pool_gain`: the pool each launch reports, the
+clients decoding at once by Little's law), a prior its own measurements are read against. A
+change that ran out of GPU memory from the incumbent is offered again with the memory
+fraction one step down (:meth:`IncumbentLocalSampler._room_making`): a walk that raised the
+fraction first must be able to give back the room a later change needs.
+A value measured only bundled with values of other parameters, in the same
 launches (:func:`confounded_values`), is expected to lose nothing until it is measured
 apart: the model cannot say which value of a bundle its loss belongs to. A change that
 switches other parameters on or off (EP1 drops the EPLB and all-to-all settings that exist
@@ -152,6 +158,29 @@ CONFOUNDED_LAUNCHES = 2
 #: prior cost it 2 of 40 seeds). 80 seeds of the reference study: 54 -> 63 within 2% of the
 #: best; the other tune spaces within one seed, the judged spaces identical or one seed apart.
 ROOM_PRIOR = estimates.NOISE_PRIOR
+#: Share of the KV cache pool's growth that a larger memory fraction is expected to add to
+#: the objective, up to the clients that were not decoding at once at the heaviest level
+#: (:func:`pool_gain`): a larger running batch makes each decode step longer, so the
+#: throughput grows less than the batch. In the simulator, 0.88 -> 0.92 on the best
+#: configuration of the reference space grows the pool 29% and the value 24% (0.85 of the
+#: pool's growth); on the trace space's, 5.3% of a 9.4% bound (0.55). Fitted on those two tune
+#: spaces, rounded down: a prior the measurements then correct.
+POOL_ELASTICITY = 0.5
+#: Standard deviation of that prior, as a share of it: a measured move of the memory fraction
+#: is read against it (the pool's physics, not one launch's noise, says a larger fraction does
+#: not lose while the pool binds). Same fit as :data:`POOL_ELASTICITY`: on the trace space a
+#: single lucky launch at 0.88 otherwise outweighs the measured 0.89 (-1.9% against +2.5% true).
+POOL_PRIOR_SHARE = 0.5
+
+
+@dataclass(frozen=True)
+class MemoryFraction:
+    """The parameter that sets the engine's memory fraction (SGLang's
+    ``--mem-fraction-static``, vLLM's ``--gpu-memory-utilization``) and each GPU's memory: a
+    step of the fraction grows the KV cache pool by that share of the GPU's memory."""
+
+    name: str
+    gpu_memory_gib: float
 
 
 @dataclass(frozen=True)
@@ -169,6 +198,9 @@ class Move:
     #: Probability that the configuration meets the objective's constraints (see
     #: :func:`_floor_odds`); 1 for an objective without any.
     meets_floor: float = 1.0
+    #: A second change made with it: the memory fraction one step down, for a change that ran
+    #: out of GPU memory from the incumbent (:meth:`IncumbentLocalSampler._room_making`).
+    also: tuple[tuple[str, Any], ...] = ()
 
     @property
     def worth(self) -> float:
@@ -203,6 +235,7 @@ class IncumbentLocalSampler(BaseSampler):
         feasibility: Callable[[FrozenTrial], float | None] | None = None,
         complete: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
         capacity: frozenset[str] = frozenset(),
+        memory_fraction: MemoryFraction | None = None,
     ):
         """``identity`` maps a proposal to its canonical configuration (None when the launch
         rules reject it), so moves and proposals skip impossible and already measured
@@ -215,7 +248,9 @@ class IncumbentLocalSampler(BaseSampler):
         so that a move is credited with the parameters it switches on or off; ``capacity``
         names the parameters that give the server room for more requests at once
         (:meth:`tuner.space.Space.capacity_parameters`), expected to gain going up while the
-        incumbent's requests wait for room (:data:`ROOM_PRIOR`)."""
+        incumbent's requests wait for room (:data:`ROOM_PRIOR`); ``memory_fraction`` (the
+        space's memory-fraction parameter and the GPU's memory) lets a move of it be expected
+        to gain what it adds to the KV cache pool (:func:`pool_gain`)."""
         self._tpe = TPESampler(
             seed=seed, multivariate=True, group=True, constant_liar=True, n_startup_trials=10
         )
@@ -227,6 +262,7 @@ class IncumbentLocalSampler(BaseSampler):
         self._feasibility = feasibility
         self._complete = complete or dict
         self._capacity = capacity
+        self._memory_fraction = memory_fraction
         self._plans: dict[int, dict[str, Any]] = {}
         self._incumbent_number = -1
         self._tabu: set[tuple[str, str]] = set()
@@ -311,10 +347,13 @@ class IncumbentLocalSampler(BaseSampler):
         came above the objective's constraints (:func:`floor_model`), None without any."""
         launched = launches(done)
         room = _mean_memory_left(best.params, launched)
-        moves = self._moves(best, model, floor)
-        moves = [replace(m, launches=_launch_odds(best, m, launched, room)) for m in moves]
+        moves = self._moves(best, model, floor) + self._room_making(best, model, floor, done)
+        moves = [
+            replace(m, launches=_launch_odds(best, m, launched, self._room_after(best, m, room)))
+            for m in moves
+        ]
         for move in ranked(moves, self._rng):
-            plan = {**best.params, move.name: move.value}
+            plan = {**best.params, move.name: move.value, **dict(move.also)}
             key = self._key(plan)
             if key is not None and key not in seen:
                 return plan, (move.name, move.value)
@@ -344,6 +383,10 @@ class IncumbentLocalSampler(BaseSampler):
                 mean, sd = _move_change(model, dist, name, value, best.params, moved)
                 if waiting and name in self._capacity:
                     mean += _room_prior(model, dist, name, current, value)
+                if self._memory_fraction is not None and name == self._memory_fraction.name:
+                    mean, sd = _with_pool_prior(
+                        model, name, current, value, mean, sd, pool_gain(best, self._memory_fraction, value)
+                    )
                 if (name, repr(value)) in self._confounded:
                     # Its share of a bundle's loss is the model's guess, not a measurement.
                     mean = max(mean, 0.0)
@@ -352,6 +395,52 @@ class IncumbentLocalSampler(BaseSampler):
                     odds = _floor_odds(*floor_at, dist, name, value, best.params, moved)
                 out.append(Move(name, value, mean, sd, meets_floor=odds))
         return out
+
+    def _room_making(
+        self,
+        best: FrozenTrial,
+        model: effects.Effects | None,
+        floor: effects.Effects | None,
+        done: Sequence[FrozenTrial],
+    ) -> list[Move]:
+        """Each single change that ran out of GPU memory from the incumbent, made again with
+        the memory fraction one step down (SGLang's own advice on such a failure): a larger
+        static fraction takes the room that NCCL's buffers and channels or the CUDA graphs
+        start in, and a walk that raised it first can no longer make the change that gains
+        most (the reference space: 8 minimum NCCL channels, +13%, out of memory with 16 MiB
+        buffers at 0.94, fitting at 0.93). Expected to gain what the change and the step down
+        together are expected to."""
+        memory = self._memory_fraction
+        if memory is None or memory.name not in best.params:
+            return []
+        dist = best.distributions[memory.name]
+        current = best.params[memory.name]
+        if not isinstance(dist, FloatDistribution | IntDistribution) or not dist.step:
+            return []
+        down = type(current)(round(current - dist.step, 10))
+        if down < dist.low:
+            return []
+        here = estimates.configuration(best)
+        floor_at = None if floor is None else (floor, floor.predict(best.params, here))
+        out = []
+        for name, value in _out_of_memory_moves(best, done):
+            if name == memory.name or (name, repr(value)) in self._hopeless_now:
+                continue
+            moved = self._complete({**best.params, name: value, memory.name: down})
+            mean, sd = _move_change(model, best.distributions[name], name, value, best.params, moved)
+            odds = 1.0
+            if floor_at is not None:
+                odds = _floor_odds(*floor_at, best.distributions[name], name, value, best.params, moved)
+            out.append(Move(name, value, mean, sd, meets_floor=odds, also=((memory.name, down),)))
+        return out
+
+    def _room_after(self, best: FrozenTrial, move: Move, room: float | None) -> float | None:
+        """The GPU memory the incumbent had left after start-up (``room``), plus what a
+        room-making move's step down of the memory fraction frees."""
+        if room is None or self._memory_fraction is None:
+            return room
+        freed = sum(best.params[name] - down for name, down in move.also)
+        return room + freed * self._memory_fraction.gpu_memory_gib
 
     def _candidates(self, dist: BaseDistribution, value: Any) -> list[Any]:
         if isinstance(dist, CategoricalDistribution):
@@ -502,11 +591,59 @@ def _spread(model: effects.Effects | None, name: str) -> float:
     return max(spread, SPREAD_FLOOR)
 
 
+def _heaviest_level(t: FrozenTrial) -> Mapping[str, Any] | None:
+    """The trial's measured level of the most clients (of more than one), None without one."""
+    levels = [lv for lv in t.user_attrs.get(trial_record.LEVELS) or [] if lv.get("concurrency", 0) > 1]
+    return max(levels, key=lambda lv: lv["concurrency"]) if levels else None
+
+
 def waited_for_room_at_the_top(t: FrozenTrial) -> bool:
     """Whether the requests of the trial's heaviest measured level waited for room to start
     (:func:`tuner.metrics.waited_for_room`)."""
-    levels = [lv for lv in t.user_attrs.get(trial_record.LEVELS) or [] if lv.get("concurrency", 0) > 1]
-    return bool(levels) and waited_for_room(max(levels, key=lambda lv: lv["concurrency"]))
+    top = _heaviest_level(t)
+    return top is not None and waited_for_room(top)
+
+
+def pool_gain(t: FrozenTrial, memory: MemoryFraction, value: Any) -> float | None:
+    """Expected gain (log) of raising the memory fraction of trial ``t`` to ``value``, from
+    what it adds to the KV cache pool: the pool grows by the step times the GPU's memory (the
+    weights stay), and the clients decoding at once at the heaviest level (Little's law:
+    output tok/s x mean time per output token) can grow with it, up to all the level's
+    clients; :data:`POOL_ELASTICITY` of that growth. None where the launch did not say its
+    pool (:func:`tuner.trial_record.kv_cache_gib`) or its level's TPOT, or for a step down."""
+    pool, top = trial_record.kv_cache_gib(t), _heaviest_level(t)
+    current = t.params.get(memory.name)
+    if not pool or top is None or not isinstance(current, int | float) or not isinstance(value, int | float):
+        return None
+    tok_s, tpot_ms = top.get("output_tok_s"), top.get("tpot_ms_mean")
+    if not tok_s or not tpot_ms or value <= current:
+        return None
+    decoding = tok_s * tpot_ms / 1000.0
+    grown = (pool + (value - current) * memory.gpu_memory_gib) / pool
+    return POOL_ELASTICITY * math.log(min(max(top["concurrency"] / decoding, 1.0), grown))
+
+
+def _with_pool_prior(
+    model: effects.Effects | None,
+    name: str,
+    current: Any,
+    value: Any,
+    mean: float,
+    sd: float,
+    gain: float | None,
+) -> tuple[float, float]:
+    """A memory-fraction move's expected change (``mean``, ``sd``) with the pool's ``gain``
+    (:func:`pool_gain`) as a prior: where both values were measured, the precision-weighted
+    mean of the two (prior standard deviation :data:`POOL_PRIOR_SHARE` of the gain, at least
+    half the noise prior); else at least the gain."""
+    if gain is None:
+        return mean, sd
+    measured = {repr(v) for v in model.values(name)} if model is not None else set()
+    if repr(value) not in measured or repr(current) not in measured:
+        return max(mean, gain), sd
+    prior = 1.0 / max(POOL_PRIOR_SHARE * gain, estimates.NOISE_PRIOR / 2) ** 2
+    data = 1.0 / max(sd, 1e-9) ** 2
+    return (gain * prior + mean * data) / (prior + data), math.sqrt(1.0 / (prior + data))
 
 
 def _room_prior(
@@ -685,7 +822,7 @@ def _launch_odds(
     does not count against it."""
     name, value = move.name, move.value
     dist, current = best.distributions[name], best.params[name]
-    plan = {**best.params, name: value}
+    plan = {**best.params, name: value, **dict(move.also)}
     weight, failed = LAUNCH_PRIOR_WEIGHT, LAUNCH_PRIOR_WEIGHT * LAUNCH_FAILURE_PRIOR
     for launch in launched:
         params = launch.params
@@ -735,6 +872,26 @@ def _bears_on(dist: BaseDistribution, current: Any, value: Any, launched: Any, f
     if failed:
         return sign * (other - here) > 0 and sign * (other - there) <= 0
     return sign * (other - there) >= 0
+
+
+#: Failure classes of a launch that ran out of GPU memory.
+OUT_OF_MEMORY = frozenset({"oom", "cuda-graph-oom"})
+
+
+def _out_of_memory_moves(best: FrozenTrial, done: Sequence[FrozenTrial]) -> list[tuple[str, Any]]:
+    """The single changes of the incumbent (parameter, value) whose launch ran out of GPU
+    memory, in the order they were launched."""
+    out = []
+    for t in done:
+        if launch_failed(t) and t.user_attrs.get(trial_record.FAILURE_CLASS) in OUT_OF_MEMORY:
+            changed = _differing(t.params, best.params)
+            if (
+                len(changed) == 1
+                and (name := changed.pop()) in best.params
+                and (name, t.params[name]) not in out
+            ):
+                out.append((name, t.params[name]))
+    return out
 
 
 def hopeless_values(done: Sequence[FrozenTrial]) -> set[tuple[str, str]]:

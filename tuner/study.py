@@ -36,7 +36,7 @@ from tuner.metrics import LevelMetrics
 from tuner.objectives import Objective
 from tuner.preflight import Verdict
 from tuner.pruning import RelativeToBestPruner
-from tuner.sampler import IncumbentLocalSampler, local_model
+from tuner.sampler import IncumbentLocalSampler, MemoryFraction, local_model
 from tuner.space import Space
 from tuner.storage import GRACE_S, open_storage
 from tuner.trial_record import (
@@ -90,6 +90,12 @@ SETUP_STOP_ANY = 3
 WAIT_FOR_OTHERS_S = 0.5
 
 
+def _memory_fraction(space: Space) -> MemoryFraction | None:
+    """The space's memory-fraction parameter and its host's GPU memory, for the sampler."""
+    name = space.memory_fraction_parameter()
+    return None if name is None else MemoryFraction(name, space.hardware_profile.gpu.memory_gib)
+
+
 def default_study_name(space: Space, objective: Objective) -> str:
     return space.name if objective.name == "peak" else f"{space.name}-{objective.name}"
 
@@ -140,6 +146,7 @@ class Search:
             feasibility=self._feasibility,
             complete=space.complete,
             capacity=space.capacity_parameters(),
+            memory_fraction=_memory_fraction(space),
         )
         self.storage = open_storage(storage)
         self.gate = BudgetGate(self.storage, storage, study_name)

@@ -22,7 +22,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from tuner import redact
-from tuner.engines.base import MEMORY_LEFT_KEY
+from tuner.engines.base import KV_CACHE_KEY, MEMORY_LEFT_KEY
 
 # --- attribute keys ---------------------------------------------------------------------
 #: What happened: complete, reused, pruned, infeasible or failed.
@@ -167,9 +167,19 @@ def memory_left_gib(t: FrozenTrial) -> float | None:
 
 
 def _memory_left(attrs: Mapping[str, Any]) -> float | None:
+    return _server_figure(attrs, MEMORY_LEFT_KEY)
+
+
+def kv_cache_gib(t: FrozenTrial) -> float | None:
+    """The KV cache pool a trial's server allocated per GPU (GiB); None where its log did
+    not say (:meth:`tuner.engines.base.Engine.memory_report`)."""
+    return _server_figure(t.user_attrs, KV_CACHE_KEY)
+
+
+def _server_figure(attrs: Mapping[str, Any], key: str) -> float | None:
     info = attrs.get(SERVER_INFO)
-    value = info.get(MEMORY_LEFT_KEY) if isinstance(info, dict) else None
-    return float(value) if isinstance(value, int | float) else None
+    value = info.get(key) if isinstance(info, dict) else None
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
 def server_key(t: FrozenTrial | optuna.Trial | _StoredTrial) -> str | None:

@@ -164,6 +164,8 @@ def classify_log(patterns: Iterable[FailurePattern], log_text: str) -> tuple[Fai
 #: GiB), and what the CUDA graphs took of it (the largest, GiB).
 MEMORY_LEFT_KEY = "available_gpu_mem_gib"
 CUDA_GRAPH_MEM_KEY = "cuda_graph_mem_gib"
+#: ... and the KV cache pool it allocated per GPU (GiB): the room its requests' tokens share.
+KV_CACHE_KEY = "kv_cache_gib"
 
 
 class Engine(ABC):
@@ -190,6 +192,10 @@ class Engine(ABC):
     #: Flags whose higher value lets the server run more requests at once (its KV cache, its
     #: running-request cap): where requests wait for room, more of them is expected to help.
     capacity_flags: ClassVar[frozenset[str]] = frozenset()
+    #: The capacity flag that sets the share of each GPU's memory the server keeps for weights
+    #: and KV cache (what is left of that share after the weights is the KV pool); None where
+    #: the engine has none.
+    memory_fraction_flag: ClassVar[str | None] = None
 
     @abstractmethod
     def parse(self, argv: Sequence[str] | str) -> ServerArgs:
@@ -220,7 +226,8 @@ class Engine(ABC):
     def memory_report(self, log_text: str) -> dict[str, float]:
         """What a started server's log says of its GPU memory (what it says of it; nothing
         by default): how much is left once the server has allocated everything it keeps
-        (:data:`MEMORY_LEFT_KEY`), and what its CUDA graphs took (:data:`CUDA_GRAPH_MEM_KEY`)."""
+        (:data:`MEMORY_LEFT_KEY`), what its CUDA graphs took (:data:`CUDA_GRAPH_MEM_KEY`),
+        and its KV cache pool (:data:`KV_CACHE_KEY`)."""
         return {}
 
     def classify(self, log_text: str) -> tuple[FailureClass, str] | None:

@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, fields
 from importlib import resources
 from typing import Any
 
-from tuner.engines.base import CUDA_GRAPH_MEM_KEY, MEMORY_LEFT_KEY, Engine, FailurePattern
+from tuner.engines.base import CUDA_GRAPH_MEM_KEY, KV_CACHE_KEY, MEMORY_LEFT_KEY, Engine, FailurePattern
 from tuner.failures import LaunchFailure
 
 #: Command prefixes that may precede the flags of a full launch command line.
@@ -389,14 +389,26 @@ _RANK = re.compile(r"\b((?:TP|DP|PP|EP)\d+(?: (?:TP|DP|PP|EP)\d+)*)\]")
 _AVAILABLE = re.compile(r"\bavail mem=([0-9.]+) GB")
 _GRAPH_USAGE = re.compile(r"\bmem usage=([0-9.]+) GB")
 _SCHEDULER_MEMORY = re.compile(r"max_total_num_tokens=[^\n]*\bavailable_gpu_mem=([0-9.]+) GB")
+#: The KV cache pool's lines, one per rank: ``mem_cache/memory_pool.py``'s "KV Cache is
+#: allocated. dtype: torch.bfloat16, #tokens: 262917, KV size: 17.21 GB" (MLA models such
+#: as DeepSeek and Kimi; "K size: 20.96 GB, V size: 20.96 GB" for the others; a labelled
+#: pool such as a draft model's is not the server's), then, where the pool is resized after
+#: the CUDA graphs are captured, ``kv_pool_runtime.py``'s "Post-capture KV sizing: KV cache
+#: allocated. dtype: ..., #tokens: ..., KV size: 16.80 GB, avail mem=...", which supersedes it.
+_KV_CACHE = re.compile(
+    r"^(?P<prefix>[^\n]*?)(?<![A-Za-z] )"
+    r"(?:KV Cache is allocated|Post-capture KV sizing: KV cache allocated)\.(?P<rest>[^\n]*)",
+    re.MULTILINE,
+)
+_KV_SIZE = re.compile(r"\b(?:KV|K|V) size: ([0-9.]+) GB")
 
 
 def memory_report(log_text: str) -> dict[str, float]:
     """GPU memory left after start-up and taken by CUDA graphs, from SGLang's log (see
     :meth:`tuner.engines.base.Engine.memory_report`): the least left over every rank's
     capture and scheduler lines; the graphs of each rank summed over their phases (decode,
-    prefill), the largest rank's; {} when the log has neither line (CUDA graphs off and a
-    release without the scheduler's figure)."""
+    prefill), the largest rank's; the KV cache pool, the smallest rank's; {} when the log
+    has none of these lines (CUDA graphs off and a release without the scheduler's figure)."""
     left = [float(m.group(1)) for m in _SCHEDULER_MEMORY.finditer(log_text)]
     graphs: dict[str, float] = {}
     for line in _CAPTURE_END.finditer(log_text):
@@ -411,6 +423,14 @@ def memory_report(log_text: str) -> dict[str, float]:
         out[MEMORY_LEFT_KEY] = min(left)
     if graphs:
         out[CUDA_GRAPH_MEM_KEY] = round(max(graphs.values()), 2)
+    pools: dict[str, float] = {}
+    for line in _KV_CACHE.finditer(log_text):
+        size = sum(float(m.group(1)) for m in _KV_SIZE.finditer(line.group("rest")))
+        rank = _RANK.search(line.group("prefix"))
+        if size:
+            pools[rank.group(1) if rank else ""] = size  # a rank's last line stands
+    if pools:
+        out[KV_CACHE_KEY] = round(min(pools.values()), 2)
     return out
 
 
@@ -426,6 +446,7 @@ class SGLangEngine(Engine):
     #: The built-in simulator models SGLang.
     simulated = True
     capacity_flags = frozenset({"--mem-fraction-static", "--max-running-requests"})
+    memory_fraction_flag = "--mem-fraction-static"
 
     def __init__(self, version: str = DEFAULT_RELEASE) -> None:
         release_table(version)  # KeyError for a release without a flag table

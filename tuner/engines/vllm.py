@@ -335,6 +335,7 @@ class VLLMEngine(Engine):
     failure_patterns = FAILURE_PATTERNS
     default_port = DEFAULT_PORT
     capacity_flags = frozenset({"--gpu-memory-utilization", "--max-num-seqs"})
+    memory_fraction_flag = "--gpu-memory-utilization"
     #: The simulator models SGLang only: a vLLM space needs a real backend.
     simulated = False
 

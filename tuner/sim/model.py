@@ -33,7 +33,7 @@ import numpy as np
 
 from tuner import profiles
 from tuner.engines import sglang
-from tuner.engines.base import CUDA_GRAPH_MEM_KEY, MEMORY_LEFT_KEY
+from tuner.engines.base import CUDA_GRAPH_MEM_KEY, KV_CACHE_KEY, MEMORY_LEFT_KEY
 from tuner.failures import LaunchFailure
 from tuner.profiles import HardwareProfile, KernelPath, ModelProfile
 from tuner.sim import nccl
@@ -174,7 +174,7 @@ class MemoryPlan:
     def memory_report(self) -> dict[str, float]:
         """The launch's memory under the keys a real server's log gives
         (:meth:`tuner.engines.base.Engine.memory_report`)."""
-        report = {MEMORY_LEFT_KEY: round(self.available_gib, 2)}
+        report = {MEMORY_LEFT_KEY: round(self.available_gib, 2), KV_CACHE_KEY: round(self.kv_pool_gib, 2)}
         if self.cuda_graph_gib:
             report[CUDA_GRAPH_MEM_KEY] = round(self.cuda_graph_gib, 2)
         return report

@@ -294,6 +294,13 @@ class Space:
         flags = self.engine.capacity_flags
         return frozenset(name for name, p in self.parameters.items() if getattr(p, "flag", None) in flags)
 
+    def memory_fraction_parameter(self) -> str | None:
+        """The parameter that sets the engine's memory fraction
+        (:attr:`~tuner.engines.base.Engine.memory_fraction_flag`); None without one."""
+        flag = self.engine.memory_fraction_flag
+        named = (n for n, p in self.parameters.items() if flag and getattr(p, "flag", None) == flag)
+        return next(named, None)
+
     def distributions(self) -> dict[str, BaseDistribution]:
         """Optuna distribution of every parameter (regardless of ``when``), by name."""
         return {p.name: p.spec.distribution() for p in self._params}
