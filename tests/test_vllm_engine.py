@@ -238,3 +238,24 @@ def test_packaged_vllm_spaces_load_and_their_start_points_launch():
     # A tensor-parallel launch needs more devices than the CPU host profile has.
     with pytest.raises(LaunchFailure, match=r"World size \(2\) is larger"):
         cpu.engine.check([*spec.argv, "-tp", "2"], cpu.gpu_count)
+
+
+def test_the_memory_report_reads_the_kv_cache_memory_from_the_installed_vllms_own_line():
+    """The KV cache memory each GPU worker logs after profiling, printed from the installed
+    vLLM's own source as two tensor-parallel workers print it: the smaller worker's is the
+    pool the memory fraction's steps are weighed against; a log without it says nothing."""
+    source = next(
+        (REPO / ".venv-vllm" / "lib").glob("python3*/site-packages/vllm/v1/worker/gpu_worker.py"), None
+    )
+    if source is None:
+        pytest.skip("no vLLM environment: run `bash tests/vllm_env.sh` first")
+    text = source.read_text()
+    at = text.index('"Available KV cache memory')
+    fmt = re.match(r'"((?:[^"\\]|\\.)*)"', text[at:])
+    assert fmt is not None
+    lines = [
+        f"(Worker_TP{rank} pid={100 + rank}) INFO 12-06 00:00:00 [gpu_worker.py:760] " + fmt.group(1) % size
+        for rank, size in ((0, "31.42"), (1, "30.87"))
+    ]
+    assert vllm.ENGINE.memory_report("\n".join(lines)) == {"kv_cache_gib": 30.87}
+    assert vllm.ENGINE.memory_report("INFO:     Application startup complete.") == {}

@@ -25,7 +25,7 @@ import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
 
-from tuner.engines.base import Engine, FailurePattern
+from tuner.engines.base import KV_CACHE_KEY, Engine, FailurePattern
 from tuner.failures import LaunchFailure
 
 #: Module names and words that may precede the flags of a full vLLM command line.
@@ -325,6 +325,18 @@ FAILURE_PATTERNS: tuple[FailurePattern, ...] = (
 )
 
 
+#: The KV cache memory each GPU worker has after profiling (``v1/worker/gpu_worker.py``:
+#: "Available KV cache memory: 12.34 GiB", once per worker).
+_KV_CACHE_MEMORY = re.compile(r"Available KV cache memory: ([0-9.]+) GiB")
+
+
+def memory_report(log_text: str) -> dict[str, float]:
+    """The KV cache pool from vLLM's log (see :meth:`tuner.engines.base.Engine.memory_report`):
+    the smallest worker's; {} where the log does not say it (the CPU build)."""
+    sizes = [float(m.group(1)) for m in _KV_CACHE_MEMORY.finditer(log_text)]
+    return {KV_CACHE_KEY: min(sizes)} if sizes else {}
+
+
 class VLLMEngine(Engine):
     """vLLM (``vllm serve`` / ``python -m vllm.entrypoints.openai.api_server``): flags,
     launch rules and log wording."""
@@ -344,6 +356,9 @@ class VLLMEngine(Engine):
 
     def validate(self, args: ServerArgs, gpu_count: int) -> ServerArgs:  # type: ignore[override]
         return validate(args, gpu_count)
+
+    def memory_report(self, log_text: str) -> dict[str, float]:
+        return memory_report(log_text)
 
 
 ENGINE = VLLMEngine()
