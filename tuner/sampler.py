@@ -370,9 +370,7 @@ class IncumbentLocalSampler(BaseSampler):
         """Every single change of the incumbent worth a launch, with its expected gain and,
         where the objective has constraints (``floor``), its odds of meeting them."""
         out: list[Move] = []
-        # The floor model and the incumbent's place under it, computed once for every move.
-        here = estimates.configuration(best)
-        floor_at = None if floor is None else (floor, floor.predict(best.params, here))
+        floor_at = _floor_at(best, floor)
         waiting = waited_for_room_at_the_top(best)
         for name, dist in best.distributions.items():
             current = best.params[name]
@@ -420,8 +418,7 @@ class IncumbentLocalSampler(BaseSampler):
         down = type(current)(round(current - dist.step, 10))
         if down < dist.low:
             return []
-        here = estimates.configuration(best)
-        floor_at = None if floor is None else (floor, floor.predict(best.params, here))
+        floor_at = _floor_at(best, floor)
         out = []
         for name, value in _out_of_memory_moves(best, done):
             if name == memory.name or (name, repr(value)) in self._hopeless_now:
@@ -733,6 +730,14 @@ def _move_change(
     mean, sd = _expected_gain(model, dist, name, current[name], value, _spread(model, name))
     side_mean, side_sd = _side_effects(model, current, moved, name)
     return mean + side_mean, math.hypot(sd, side_sd)
+
+
+def _floor_at(
+    best: FrozenTrial, floor: effects.Effects | None
+) -> tuple[effects.Effects, tuple[float, float]] | None:
+    """The floor model and the incumbent's place under it (:func:`_floor_odds`' first two
+    arguments), computed once for all of a plan's moves; None without a floor model."""
+    return None if floor is None else (floor, floor.predict(best.params, estimates.configuration(best)))
 
 
 def _floor_odds(
