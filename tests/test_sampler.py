@@ -316,6 +316,40 @@ def test_a_change_that_ran_out_of_memory_is_tried_again_with_the_memory_fraction
     assert sampler._room_making(best, None, None, trials) == []
 
 
+def test_a_change_the_rules_reject_alone_is_made_with_the_second_change_that_allows_it():
+    # NCCL's minimum of channels may not exceed its maximum. The incumbent caps channels at
+    # 16; a launch with a 32-channel minimum (and a 64 cap) gained 27%. Alone, a 32 minimum
+    # from the incumbent is rejected, so single changes never reach it: the walk makes it
+    # with the cap raised to 32 (the 64 cap with it was measured already).
+    dists = {
+        "lo": CategoricalDistribution([None, 32]),
+        "hi": CategoricalDistribution([16, 32, 64]),
+        "proto": CategoricalDistribution(["LL", "Simple"]),
+    }
+
+    def identity(params: dict) -> str | None:
+        if params.get("lo") is not None and params["lo"] > params["hi"]:
+            return None
+        return repr(sorted(params.items()))
+
+    best = {"lo": None, "hi": 16, "proto": "LL"}
+    done = [
+        _launched(dists, best, 1500.0),
+        _launched(dists, best, 1510.0),
+        _launched(dists, {**best, "proto": "Simple"}, 1200.0),
+        _launched(dists, {**best, "lo": 32, "hi": 64}, 1900.0),
+    ]
+    sampler = IncumbentLocalSampler(seed=0, identity=identity)
+    model = local_model(done[0], done, estimates.NOISE_PRIOR)
+    seen = {identity(t.params) for t in done}
+    local = sampler._local_plan(done[0], model, seen, done)
+    assert local is not None and local[0] == {"lo": 32, "hi": 32, "proto": "LL"}
+    # Nothing makes a rejected change valid when no other value allows it.
+    strict = IncumbentLocalSampler(seed=0, identity=lambda p: None if p.get("lo") else identity(p))
+    lo = next(m for m in strict._moves(done[0], model) if m.name == "lo")
+    assert strict._repair(done[0], model, None, lo, seen) is None
+
+
 def test_a_knob_measured_only_far_from_the_incumbent_is_uncertain_not_flat():
     # "m" was launched at four values, each in a configuration far from the incumbent (its
     # launches weigh 1/256); "a" at four values, many times, near it, all measured alike.
