@@ -106,8 +106,9 @@ def test_local_backend_study_with_oom_and_a_server_killed_mid_sweep(workdir: Pat
             [sys.executable, "-m", "tuner", *words], capture_output=True, text=True, timeout=60, env=env
         ).stdout
 
-    assert json.loads(tuner("best", "--format", "json"))["trial"] == 0
-    listed = tuner("trials", "--columns", "trial,state,mem_left")
+    best = json.loads(tuner("best", "--format", "json"))
+    assert best["trial"] == 0 and best["confidence"]["kv_cache_gib"] == record.kv_cache_gib
+    listed = tuner("trials", "--columns", "trial,state,mem_left,kv_pool")
     rows = {line.split()[0]: line.split()[1:] for line in listed.splitlines() if line.startswith("#")}
-    assert rows["#0"] == ["complete", f"{record.memory_left_gib:.1f}"]
-    assert rows["#1"] == ["failed", "-"]  # it never started: no memory to report
+    assert rows["#0"] == ["complete", f"{record.memory_left_gib:.1f}", f"{record.kv_cache_gib:.1f}"]
+    assert rows["#1"] == ["failed", "-", "-"]  # it never started: no memory to report

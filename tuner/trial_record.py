@@ -337,6 +337,12 @@ class TrialRecord:
         (:meth:`tuner.engines.base.Engine.memory_report`)."""
         return _memory_left(self.attrs)
 
+    @property
+    def kv_cache_gib(self) -> float | None:
+        """The KV cache pool the server allocated per GPU (GiB): what the memory fraction
+        leaves for the running requests' tokens; None where its log did not say."""
+        return _server_figure(self.attrs, KV_CACHE_KEY)
+
 
 @dataclass
 class StudyInfo:

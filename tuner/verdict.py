@@ -184,14 +184,15 @@ class Verdict:
         """How much GPU memory the winner's server had left once started, where its log said
         (:attr:`TrialRecord.memory_left_gib`): the room prefill runs in, and all that another
         process on the same GPUs may take before the unit's server runs out."""
-        left = self.winner.memory_left_gib
+        left, pool = self.winner.memory_left_gib, self.winner.kv_cache_gib
         if left is None:
             return None
-        return (
+        said = (
             f"GPU memory left after start-up: {left:.1f} GiB on the tightest GPU "
             f"(trial #{self.winner.number}): prefill runs in it, and another process on these GPUs "
             "must fit in it too"
         )
+        return said if pool is None else f"{said}; its KV cache pool: {pool:.1f} GiB per GPU"
 
     def as_dict(self) -> dict[str, Any]:
         """The same facts for ``--format json``."""
@@ -213,6 +214,7 @@ class Verdict:
             "at_winning_level": self.latency(),
             "held_back": self.held_back(),
             "memory_left_gib": self.winner.memory_left_gib,
+            "kv_cache_gib": self.winner.kv_cache_gib,
             "outliers_re_measuring": [{"trial": n, "value": v} for n, v in self.pending],
             "floor_odds": self.floor_odds,
         }

@@ -33,6 +33,7 @@ COLUMNS: dict[str, str] = {
     "reason": "note",
     "server_s": "server s",
     "mem_left": "GiB left",
+    "kv_pool": "KV GiB",
     "params": "params",
 }
 DEFAULT_COLUMNS = ("trial", "state", "value", "single", "peak", "peak_c", "changes", "reason")
@@ -146,6 +147,7 @@ def rows(
                 "reason": _note(t, rec, engine, verdicts.get(rec.number)),
                 "server_s": rec.server_s,
                 "mem_left": rec.memory_left_gib,
+                "kv_pool": rec.kv_cache_gib,
                 "params": {k: rec.params[k] for k in rec.params},
             }
         )
@@ -179,7 +181,7 @@ def table(data: Sequence[dict[str, Any]], columns: Sequence[str]) -> str:
             [*row[:-2], "; ".join(x for x in row[-2:] if x)] for row in grid[1:]
         ]
     widths = [max(len(row[i]) for row in grid) for i in range(len(columns))]
-    numeric = {"value", "single", "peak", "peak_c", "server_s", "mem_left"}
+    numeric = {"value", "single", "peak", "peak_c", "server_s", "mem_left", "kv_pool"}
     lines = []
     for row in grid:
         cells = [
