@@ -451,8 +451,9 @@ class IncumbentLocalSampler(BaseSampler):
         """A single change the launch rules or the space's constraints reject, made valid by a
         second change: of the other parameters' candidate values that make the configuration
         valid and new, the one the move is expected to be worth most with (an NCCL minimum of
-        channels above the incumbent's maximum goes with a larger maximum; EP8 on the DeepSeek
-        floor space with the DeepEP backend; TP2 PP4 on the reference space with EP2).
+        channels above the incumbent's maximum goes with a larger maximum; on the DeepSeek
+        floor space EP8 from a PP8 incumbent with the DeepEP backend; on the reference space
+        TP2 PP4 from TP8 EP8 with EP2).
         Without it, a value that only works together with another is never reached by single
         changes. Only for a change the study's launches expect to gain (its caller's rule):
         one worth its uncertainty alone, as an untried parallel layout is, brings a second
