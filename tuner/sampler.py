@@ -387,7 +387,7 @@ class IncumbentLocalSampler(BaseSampler):
                 if (name, repr(value)) in self._hopeless_now:
                     continue
                 moved = self._complete({**best.params, name: value})
-                mean, sd = _move_change(model, dist, name, value, best.params, moved)
+                mean, sd, odds = _change_and_odds(model, floor_at, dist, name, value, best.params, moved)
                 if waiting and name in self._capacity:
                     mean += _room_prior(model, dist, name, current, value)
                 if self._memory_fraction is not None and name == self._memory_fraction.name:
@@ -397,9 +397,6 @@ class IncumbentLocalSampler(BaseSampler):
                 if (name, repr(value)) in self._confounded:
                     # Its share of a bundle's loss is the model's guess, not a measurement.
                     mean = max(mean, 0.0)
-                odds = 1.0
-                if floor_at is not None:
-                    odds = _floor_odds(*floor_at, dist, name, value, best.params, moved)
                 out.append(Move(name, value, mean, sd, meets_floor=odds))
         return out
 
@@ -433,10 +430,8 @@ class IncumbentLocalSampler(BaseSampler):
             if name == memory.name or (name, repr(value)) in self._hopeless_now:
                 continue
             moved = self._complete({**best.params, name: value, memory.name: down})
-            mean, sd = _move_change(model, best.distributions[name], name, value, best.params, moved)
-            odds = 1.0
-            if floor_at is not None:
-                odds = _floor_odds(*floor_at, best.distributions[name], name, value, best.params, moved)
+            moved_dist = best.distributions[name]
+            mean, sd, odds = _change_and_odds(model, floor_at, moved_dist, name, value, best.params, moved)
             out.append(Move(name, value, mean, sd, meets_floor=odds, also=((memory.name, down),)))
         return out
 
@@ -476,10 +471,9 @@ class IncumbentLocalSampler(BaseSampler):
                 if key is None or key in seen:
                     continue
                 moved = self._complete(plan)
-                mean, sd = _move_change(model, dist, move.name, move.value, best.params, moved)
-                odds = 1.0
-                if floor_at is not None:
-                    odds = _floor_odds(*floor_at, dist, move.name, move.value, best.params, moved)
+                mean, sd, odds = _change_and_odds(
+                    model, floor_at, dist, move.name, move.value, best.params, moved
+                )
                 pair = Move(
                     move.name,
                     move.value,
@@ -800,6 +794,23 @@ def _floor_at(
     """The floor model and the incumbent's place under it (:func:`_floor_odds`' first two
     arguments), computed once for all of a plan's moves; None without a floor model."""
     return None if floor is None else (floor, floor.predict(best.params, estimates.configuration(best)))
+
+
+def _change_and_odds(
+    model: effects.Effects | None,
+    floor_at: tuple[effects.Effects, tuple[float, float]] | None,
+    dist: BaseDistribution,
+    name: str,
+    value: Any,
+    current: Mapping[str, Any],
+    moved: Mapping[str, Any],
+) -> tuple[float, float, float]:
+    """A move's expected change of the objective (:func:`_move_change`: mean, standard
+    deviation) and its odds of meeting the objective's constraints (:func:`_floor_odds`; 1
+    without a floor model, ``floor_at`` as :func:`_floor_at` gives it)."""
+    mean, sd = _move_change(model, dist, name, value, current, moved)
+    odds = 1.0 if floor_at is None else _floor_odds(*floor_at, dist, name, value, current, moved)
+    return mean, sd, odds
 
 
 def _floor_odds(
