@@ -25,6 +25,9 @@ FAILURE_CLASSES: tuple[str, ...] = get_args(FailureClass)
 #: another service, a host that stopped answering ssh). Their configurations are queued
 #: again; launches failing this way in a row stop the study.
 SETUP_CLASSES = frozenset({"setup", "port-busy", "unreachable"})
+#: Classes of a launch that ran out of GPU memory: the configuration asked for more than the
+#: GPUs hold (a smaller memory fraction may make room for it).
+MEMORY_CLASSES = frozenset({"oom", "cuda-graph-oom"})
 
 
 class LaunchFailure(Exception):

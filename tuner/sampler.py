@@ -62,6 +62,7 @@ from optuna.samplers import BaseSampler, TPESampler
 from optuna.trial import FrozenTrial, TrialState
 
 from tuner import budget, effects, estimates, trial_record
+from tuner.failures import MEMORY_CLASSES
 from tuner.metrics import waited_for_room
 
 #: Finished trials before local moves start (enqueued start points count: the reference
@@ -199,7 +200,8 @@ class Move:
     #: :func:`_floor_odds`); 1 for an objective without any.
     meets_floor: float = 1.0
     #: A second change made with it: the memory fraction one step down, for a change that ran
-    #: out of GPU memory from the incumbent (:meth:`IncumbentLocalSampler._room_making`).
+    #: out of GPU memory from the incumbent (:meth:`IncumbentLocalSampler._room_making`), or
+    #: the change that lets the launch rules accept it (:meth:`IncumbentLocalSampler._repair`).
     also: tuple[tuple[str, Any], ...] = ()
 
     @property
@@ -347,7 +349,8 @@ class IncumbentLocalSampler(BaseSampler):
         came above the objective's constraints (:func:`floor_model`), None without any."""
         launched = launches(done)
         room = _mean_memory_left(best.params, launched)
-        moves = self._moves(best, model, floor) + self._room_making(best, model, floor, done)
+        floor_at = _floor_at(best, floor)
+        moves = self._moves(best, model, floor_at) + self._room_making(best, model, floor_at, done)
         moves = [
             replace(m, launches=_launch_odds(best, m, launched, self._room_after(best, m, room)))
             for m in moves
@@ -360,7 +363,7 @@ class IncumbentLocalSampler(BaseSampler):
             if key is not None and key not in seen:
                 return plan, (move.name, move.value)
             if key is None and not move.also and move.mean > 0:
-                repaired = self._repair(best, model, floor, move, seen)
+                repaired = self._repair(best, model, floor_at, move, seen)
                 if repaired is not None:
                     after = self._room_after(best, repaired, room)
                     repaired = replace(repaired, launches=_launch_odds(best, repaired, launched, after))
@@ -374,12 +377,12 @@ class IncumbentLocalSampler(BaseSampler):
         return None
 
     def _moves(
-        self, best: FrozenTrial, model: effects.Effects | None, floor: effects.Effects | None = None
+        self, best: FrozenTrial, model: effects.Effects | None, floor_at: FloorAt | None = None
     ) -> list[Move]:
         """Every single change of the incumbent worth a launch, with its expected gain and,
-        where the objective has constraints (``floor``), its odds of meeting them."""
+        where the objective has constraints (``floor_at``: :func:`_floor_at`), its odds of
+        meeting them."""
         out: list[Move] = []
-        floor_at = _floor_at(best, floor)
         waiting = waited_for_room_at_the_top(best)
         for name, dist in best.distributions.items():
             current = best.params[name]
@@ -404,7 +407,7 @@ class IncumbentLocalSampler(BaseSampler):
         self,
         best: FrozenTrial,
         model: effects.Effects | None,
-        floor: effects.Effects | None,
+        floor_at: FloorAt | None,
         done: Sequence[FrozenTrial],
     ) -> list[Move]:
         """Each single change that ran out of GPU memory from the incumbent, made again with
@@ -424,7 +427,6 @@ class IncumbentLocalSampler(BaseSampler):
         down = type(current)(round(current - dist.step, 10))
         if down < dist.low:
             return []
-        floor_at = _floor_at(best, floor)
         out = []
         for name, value in _out_of_memory_moves(best, done):
             if name == memory.name or (name, repr(value)) in self._hopeless_now:
@@ -439,7 +441,7 @@ class IncumbentLocalSampler(BaseSampler):
         self,
         best: FrozenTrial,
         model: effects.Effects | None,
-        floor: effects.Effects | None,
+        floor_at: FloorAt | None,
         move: Move,
         seen: set[str | None],
     ) -> Move | None:
@@ -458,7 +460,6 @@ class IncumbentLocalSampler(BaseSampler):
         dist = best.distributions[move.name]
         single = self._complete({**best.params, move.name: move.value})
         base_mean, base_sd = _move_change(model, dist, move.name, move.value, best.params, single)
-        floor_at = _floor_at(best, floor)
         found: Move | None = None
         for other, other_dist in best.distributions.items():
             if other == move.name:
@@ -788,9 +789,11 @@ def _move_change(
     return mean + side_mean, math.hypot(sd, side_sd)
 
 
-def _floor_at(
-    best: FrozenTrial, floor: effects.Effects | None
-) -> tuple[effects.Effects, tuple[float, float]] | None:
+#: The floor model and the incumbent's place under it (mean, standard deviation).
+FloorAt = tuple[effects.Effects, tuple[float, float]]
+
+
+def _floor_at(best: FrozenTrial, floor: effects.Effects | None) -> FloorAt | None:
     """The floor model and the incumbent's place under it (:func:`_floor_odds`' first two
     arguments), computed once for all of a plan's moves; None without a floor model."""
     return None if floor is None else (floor, floor.predict(best.params, estimates.configuration(best)))
@@ -798,7 +801,7 @@ def _floor_at(
 
 def _change_and_odds(
     model: effects.Effects | None,
-    floor_at: tuple[effects.Effects, tuple[float, float]] | None,
+    floor_at: FloorAt | None,
     dist: BaseDistribution,
     name: str,
     value: Any,
@@ -952,16 +955,12 @@ def _bears_on(dist: BaseDistribution, current: Any, value: Any, launched: Any, f
     return sign * (other - there) >= 0
 
 
-#: Failure classes of a launch that ran out of GPU memory.
-OUT_OF_MEMORY = frozenset({"oom", "cuda-graph-oom"})
-
-
 def _out_of_memory_moves(best: FrozenTrial, done: Sequence[FrozenTrial]) -> list[tuple[str, Any]]:
     """The single changes of the incumbent (parameter, value) whose launch ran out of GPU
     memory, in the order they were launched."""
     out = []
     for t in done:
-        if launch_failed(t) and t.user_attrs.get(trial_record.FAILURE_CLASS) in OUT_OF_MEMORY:
+        if launch_failed(t) and t.user_attrs.get(trial_record.FAILURE_CLASS) in MEMORY_CLASSES:
             changed = _differing(t.params, best.params)
             if (
                 len(changed) == 1

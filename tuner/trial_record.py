@@ -163,11 +163,7 @@ def server_s(t: FrozenTrial) -> float:
 def memory_left_gib(t: FrozenTrial) -> float | None:
     """GPU memory a trial's server had left after start-up (see
     :attr:`TrialRecord.memory_left_gib`)."""
-    return _memory_left(t.user_attrs)
-
-
-def _memory_left(attrs: Mapping[str, Any]) -> float | None:
-    return _server_figure(attrs, MEMORY_LEFT_KEY)
+    return _server_figure(t.user_attrs, MEMORY_LEFT_KEY)
 
 
 def kv_cache_gib(t: FrozenTrial) -> float | None:
@@ -335,7 +331,7 @@ class TrialRecord:
         """GPU memory the server had left after start-up (the tightest GPU's, GiB): how close
         the launch came to running out of memory; None where its log did not say
         (:meth:`tuner.engines.base.Engine.memory_report`)."""
-        return _memory_left(self.attrs)
+        return _server_figure(self.attrs, MEMORY_LEFT_KEY)
 
     @property
     def kv_cache_gib(self) -> float | None:
