@@ -29,9 +29,10 @@ rejected; the mean time spent in the sampler per trial. Then the aggregate over 
 over JUDGED, and the targets of the suite as met / NOT MET lines.
 
 Each study's result is cached on disk (benchmarks/results/suite_cache/), keyed by its job,
-the space's content and a hash of the code it ran: the tuner's key covers its sampler
-(tuner/sampler.py) and the trial logic (study, budget, estimates, effects, fidelity); the
-peers' key the trial logic only, so changing the tuner's sampler re-runs the tuner alone.
+the space's content and a hash of the code it ran: the peers' key covers every tuner
+module a study loads (the trial logic, the pruner, the objectives, the simulator, the
+engine rules) but the sampler, and the host and model profiles; the tuner's key adds its
+sampler (tuner/sampler.py), so changing the sampler re-runs the tuner alone.
 ``--fresh`` ignores the cache. Results: benchmarks/results/suite.json.
 """
 
@@ -98,16 +99,9 @@ TARGET_TRIALS_RATIO = 1 / 3
 TARGET_OVERHEAD_MS = 300.0
 TARGET_REJECTED_SHARE = 0.10
 
-#: What each study's result depends on besides its job and space: the trial logic every
-#: strategy shares, and the simulator and engine rules that measure and judge a trial.
-SHARED_CODE = (
-    "tuner/study.py",
-    "tuner/budget.py",
-    "tuner/estimates.py",
-    "tuner/effects.py",
-    "tuner/fidelity.py",
-    "tuner/sim",
-    "tuner/engines/sglang.py",
+#: What each study's result depends on besides its job, its space and the tuner's modules
+#: it runs (:func:`study_modules`): the host and model profiles and the benchmark harness.
+SHARED_DATA = (
     "tuner/data/hardware",
     "tuner/data/models",
     "benchmarks/studies.py",
@@ -154,8 +148,34 @@ def cache_key(job: Job, code: dict[str, str], spaces: dict[str, str]) -> str:
     return hashlib.sha256(payload.encode()).hexdigest()[:24]
 
 
-def code_hashes() -> dict[str, str]:
-    shared = _hash_paths(SHARED_CODE)
+def study_modules() -> dict[str, Path]:
+    """The tuner's modules a study runs, by name, with the files they were loaded from:
+    every one loaded once the study harness (benchmarks/studies.py) is, the sampler's left
+    out (:data:`TUNER_CODE`). Read from what is loaded rather than listed by hand, so that a
+    change to any of them (the pruner, the objectives, the workload) re-runs the studies
+    instead of serving results of the code before it."""
+    sampler = {rel.removesuffix(".py").replace("/", ".") for rel in TUNER_CODE}
+    return {
+        name: Path(file)
+        for name, module in sorted(sys.modules.items())
+        if name.partition(".")[0] == "tuner"
+        and name not in sampler
+        and (file := getattr(module, "__file__", None))
+    }
+
+
+def _hash_modules(modules: dict[str, Path]) -> str:
+    h = hashlib.sha256()
+    for name, file in modules.items():
+        h.update(name.encode())
+        h.update(file.read_bytes())
+    return h.hexdigest()
+
+
+def code_hashes(modules: dict[str, Path] | None = None) -> dict[str, str]:
+    """The code keys of the peers' and the tuner's studies (``modules``: the study's
+    modules, :func:`study_modules` by default)."""
+    shared = _hash_modules(study_modules() if modules is None else modules) + _hash_paths(SHARED_DATA)
     return {"peer": shared, "tuner": shared + _hash_paths(TUNER_CODE)}
 
 

@@ -372,3 +372,22 @@ def test_the_request_sets_benchmark_scores_the_mean_of_draws_no_study_measures_o
     )
     assert true_value(space, too_big) == 0.0
     assert request_sets.expected_value(space, too_big, cache) == 0.0
+
+
+def test_a_cached_study_is_run_again_when_any_module_it_ran_changes(tmp_path: Path) -> None:
+    """The suite's cache serves a study's result only while the code it ran is unchanged:
+    the pruner and the objectives (never listed by hand before) count like the trial logic,
+    for the tuner and the peers alike; the sampler for the tuner alone."""
+    modules = suite.study_modules()
+    for name in ("tuner.study", "tuner.pruning", "tuner.level_watch", "tuner.objectives", "tuner.workload"):
+        assert name in modules, f"{name} is not in the suite's cache key"
+    assert "tuner.sampler" not in modules
+    before = suite.code_hashes()
+    pruner = modules["tuner.pruning"]
+    copy = tmp_path / "pruning.py"
+    copy.write_bytes(pruner.read_bytes())
+    assert suite.code_hashes({**modules, "tuner.pruning": copy}) == before
+    copy.write_bytes(pruner.read_bytes() + b"\n# changed\n")
+    changed = suite.code_hashes({**modules, "tuner.pruning": copy})
+    assert changed["peer"] != before["peer"] and changed["tuner"] != before["tuner"]
+    assert before["tuner"].startswith(before["peer"]) and before["tuner"] != before["peer"]
