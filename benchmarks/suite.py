@@ -45,7 +45,7 @@ import json
 import re
 import statistics
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -118,19 +118,28 @@ README_END = "<!-- suite:end -->"
 
 
 # --- cache ---------------------------------------------------------------------------------
-def _hash_paths(paths: Sequence[str]) -> str:
+def _hash_files(files: Iterable[tuple[str, Path]]) -> str:
+    """One hash of (name, file) pairs: each name, then the file's bytes."""
     h = hashlib.sha256()
+    for name, f in files:
+        h.update(name.encode())
+        h.update(f.read_bytes() if f.exists() else b"<missing>")
+    return h.hexdigest()
+
+
+def _hash_paths(paths: Sequence[str]) -> str:
+    """:func:`_hash_files` of the files at ``paths`` (from the repository's root; a folder's
+    Python and YAML files), each named by its path."""
+    files = []
     for rel in paths:
         path = ROOT / rel
-        files = (
+        found = (
             sorted(p for p in path.rglob("*") if p.is_file() and p.suffix in (".py", ".yaml"))
             if path.is_dir()
             else [path]
         )
-        for f in files:
-            h.update(str(f.relative_to(ROOT)).encode())
-            h.update(f.read_bytes() if f.exists() else b"<missing>")
-    return h.hexdigest()
+        files += [(str(f.relative_to(ROOT)), f) for f in found]
+    return _hash_files(files)
 
 
 def _space_hash(name: str) -> str:
@@ -164,18 +173,10 @@ def study_modules() -> dict[str, Path]:
     }
 
 
-def _hash_modules(modules: dict[str, Path]) -> str:
-    h = hashlib.sha256()
-    for name, file in modules.items():
-        h.update(name.encode())
-        h.update(file.read_bytes())
-    return h.hexdigest()
-
-
 def code_hashes(modules: dict[str, Path] | None = None) -> dict[str, str]:
     """The code keys of the peers' and the tuner's studies (``modules``: the study's
     modules, :func:`study_modules` by default)."""
-    shared = _hash_modules(study_modules() if modules is None else modules) + _hash_paths(SHARED_DATA)
+    shared = _hash_files((study_modules() if modules is None else modules).items()) + _hash_paths(SHARED_DATA)
     return {"peer": shared, "tuner": shared + _hash_paths(TUNER_CODE)}
 
 
