@@ -24,7 +24,7 @@ from tuner.cli import build_parser, main
 from tuner.space import DEFAULT_SPACE, load_space, resolve_space
 from tuner.statement import backend_of, backend_text, statement_lines, workload_text
 from tuner.trial_record import TrialRecord
-from tuner.wording import fmt_value, refusal_text
+from tuner.wording import changes_text, fmt_value, refusal_text
 from tuner.workload import Workload
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
@@ -144,6 +144,15 @@ def test_best_states_its_confidence_in_the_unit_and_json(searched):
     conf = doc["confidence"]
     assert conf["interval"][0] < conf["estimate"] < conf["interval"][1]
     assert conf["launches"] == len(doc["runs"]) and conf["runner_up"]["trial"] != doc["trial"]
+    # What the runner-up sets differently is named, as `tuner trials` names the runner-up's
+    # differences from the best: near a tie, the settings the study could not decide between.
+    differs = conf["runner_up"]["differs"]
+    assert differs and all(doc["params"].get(name) == pair[0] for name, pair in differs.items()), differs
+    rows = json.loads(tuner("trials", "--format", "json", cwd=where).stdout)
+    row = next(r for r in rows if r["trial"] == conf["runner_up"]["trial"])
+    assert sorted(row["changes"].split()) == sorted(f"{n}={fmt_value(v)}" for n, (_, v) in differs.items())
+    said = next(ln for ln in header if ln.startswith("# runner-up: "))
+    assert said.endswith("; it differs in " + changes_text({n: tuple(p) for n, p in differs.items()})), said
     assert set(conf["at_winning_level"]) >= {"per_user_tok_s", "itl_ms_p50", "ttft_s_p99"}
     assert doc["measured"]["backend"].startswith("simulated: ")
 

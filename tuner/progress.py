@@ -41,7 +41,7 @@ from tuner import logging as tuner_logging
 from tuner.estimates import best_record
 from tuner.metrics import tok_s_text
 from tuner.trial_record import TrialRecord
-from tuner.wording import changes_text, params_text, refusal_text
+from tuner.wording import changes, changes_text, params_text, refusal_text
 
 #: Carriage return plus "erase the whole line": redraws the status line in place.
 CLEAR_LINE = "\r\x1b[2K"
@@ -73,8 +73,7 @@ def _differences(
             return {k: (v[1], v[0]) for k, v in space.differences(params, other).items()}
         except Exception:  # parameters of an edited space: fall back to the stored values
             pass
-    keys = list(params) + [k for k in other if k not in params]
-    return {k: (other.get(k), params.get(k)) for k in keys if params.get(k) != other.get(k)}
+    return changes(other, params)
 
 
 def _same_configuration(rec: TrialRecord, other: TrialRecord) -> bool:
@@ -119,9 +118,9 @@ def best_change(
         # The same configuration, now shown by its first launch on the whole target workload.
         notes.append(f"best confirmed on the target workload: #{previous.number}'s configuration")
     elif best.number != previous.number and (best.number == rec.number or rec.number in best.runs):
-        changes = _differences(space, best.params, previous.params)
+        changed = _differences(space, best.params, previous.params)
         gain = (best.mean / previous.mean - 1.0) * 100 if previous.mean else 0.0
-        what = changes_text(changes) if changes else "the same parameters"
+        what = changes_text(changed) if changed else "the same parameters"
         notes.append(f"new best ({gain:+.1f}% over #{previous.number}): {what}")
     elif best.number != previous.number:
         notes.append(f"best is now #{best.number}: #{previous.number} ranks lower on the pooled estimates")

@@ -20,6 +20,7 @@ from tuner import estimates, trial_record
 from tuner.estimates import CONFIDENCE_Z, FLOOR_CONFIDENCE, FLOOR_SE
 from tuner.metrics import waited_for_room
 from tuner.trial_record import TrialRecord
+from tuner.wording import changes, changes_text
 
 
 @dataclass(frozen=True)
@@ -58,6 +59,15 @@ class Verdict:
         if self.runner_up_estimate is None or not self.estimate:
             return None
         return 1.0 - self.runner_up_estimate / self.estimate
+
+    @property
+    def runner_up_changes(self) -> dict[str, tuple[Any, Any]]:
+        """What the runner-up sets differently from the winner, ``{name: (winner's value,
+        runner-up's)}``: where the two are within the noise, the settings the study could
+        not decide between (one more launch of each would)."""
+        if self.runner_up is None:
+            return {}
+        return changes(self.winner.params, self.runner_up.params)
 
     def winning_level(self) -> dict[str, Any] | None:
         """The measured level of the winner's peak (its highest tok/s)."""
@@ -137,9 +147,11 @@ class Verdict:
                 if self.within_noise
                 else "outside the noise"
             )
+            differs = self.runner_up_changes
             out.append(
                 f"runner-up: trial #{self.runner_up.number}, estimate {self.runner_up_estimate:.0f} {unit}, "
                 f"{self.gap * 100:.1f}% below ({verdict})"
+                + (f"; it differs in {changes_text(differs)}" if differs else "")
             )
         else:
             out.append("runner-up: none (one configuration measured)")
@@ -210,6 +222,7 @@ class Verdict:
                 "estimate": self.runner_up_estimate,
                 "gap": self.gap,
                 "within_noise": self.within_noise,
+                "differs": {name: list(pair) for name, pair in self.runner_up_changes.items()},
             },
             "at_winning_level": self.latency(),
             "held_back": self.held_back(),

@@ -33,6 +33,14 @@ def change_text(name: str, old: Any, new: Any) -> str:
     return f"{name} {fmt_value(old)} -> {fmt_value(new)}"
 
 
+def changes(before: Mapping[str, Any], after: Mapping[str, Any]) -> dict[str, tuple[Any, Any]]:
+    """``{name: (value before, value after)}`` for the parameters two configurations set
+    differently, compared as stored (a parameter one of them does not set is ``None`` there),
+    in ``after``'s order, then ``before``'s."""
+    keys = list(after) + [k for k in before if k not in after]
+    return {k: (before.get(k), after.get(k)) for k in keys if before.get(k) != after.get(k)}
+
+
 def changes_text(changes: Mapping[str, tuple[Any, Any]]) -> str:
     """``a 1 -> 8, b - -> LL``: every change, none cut."""
     return ", ".join(change_text(k, old, new) for k, (old, new) in changes.items())

@@ -25,8 +25,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "with the winning flags, one Environment= line per variable), a copy-pasteable shell command, "
         "or JSON. The comment header (and the JSON) says what was measured on what (workload, "
         "simulated/emulated/real backend, units), the winner's estimate with an interval from the "
-        "study's noise model, the launches it rests on, the runner-up and how far behind it is, and "
-        "the latency at the winning level (per-user tok/s, ITL p50, TTFT p99).",
+        "study's noise model, the launches it rests on, the runner-up (how far behind it is and the "
+        "settings it differs in), and the latency at the winning level (per-user tok/s, ITL p50, TTFT p99).",
     )
     add_study_args(p)
     p.add_argument("--format", choices=("systemd", "shell", "json"), default="systemd")
