@@ -24,7 +24,7 @@ from tuner.cli import build_parser, main
 from tuner.space import DEFAULT_SPACE, load_space, resolve_space
 from tuner.statement import backend_of, backend_text, statement_lines, workload_text
 from tuner.trial_record import TrialRecord
-from tuner.wording import changes_text, fmt_value, refusal_text
+from tuner.wording import changes, changes_text, fmt_value, refusal_text
 from tuner.workload import Workload
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
@@ -88,6 +88,11 @@ def test_values_and_refusals_read_as_a_person_writes_them():
     assert fmt_value(0.8400000000000001) == "0.84"
     assert fmt_value(None) == "-"
     assert fmt_value(True) == "true" and fmt_value(16777216) == "16777216"
+    # Two configurations differ where a person reading them would see a difference.
+    winner = {"mem_fraction_static": 0.88, "num_continuous_decode_steps": 1, "nccl_proto": None}
+    other = {"mem_fraction_static": 0.8800000000000001, "num_continuous_decode_steps": 8, "nccl_proto": "LL"}
+    assert changes(winner, other) == {"num_continuous_decode_steps": (1, 8), "nccl_proto": (None, "LL")}
+    assert changes_text(changes(winner, other)) == "num_continuous_decode_steps 1 -> 8, nccl_proto - -> LL"
     text = refusal_text(
         "crash: ZeroDivisionError: integer division or modulo by zero; constraint: ep must divide tp",
         "sglang",

@@ -35,10 +35,12 @@ def change_text(name: str, old: Any, new: Any) -> str:
 
 def changes(before: Mapping[str, Any], after: Mapping[str, Any]) -> dict[str, tuple[Any, Any]]:
     """``{name: (value before, value after)}`` for the parameters two configurations set
-    differently, compared as stored (a parameter one of them does not set is ``None`` there),
-    in ``after``'s order, then ``before``'s."""
+    differently (a parameter one of them does not set is ``None`` there; floats that print
+    alike, such as ``0.88`` and ``0.8800000000000001``, are the same), in ``after``'s order,
+    then ``before``'s."""
     keys = list(after) + [k for k in before if k not in after]
-    return {k: (before.get(k), after.get(k)) for k in keys if before.get(k) != after.get(k)}
+    pairs = {k: (before.get(k), after.get(k)) for k in keys}
+    return {k: pair for k, pair in pairs.items() if fmt_value(pair[0]) != fmt_value(pair[1])}
 
 
 def changes_text(changes: Mapping[str, tuple[Any, Any]]) -> str:
