@@ -64,7 +64,7 @@ class Verdict:
     def runner_up_changes(self) -> dict[str, tuple[Any, Any]]:
         """What the runner-up sets differently from the winner, ``{name: (winner's value,
         runner-up's)}``: where the two are within the noise, the settings the study could
-        not decide between (one more launch of each would)."""
+        not decide between (more launches of each would tell them apart)."""
         if self.runner_up is None:
             return {}
         return changes(self.winner.params, self.runner_up.params)
