@@ -43,9 +43,9 @@ def changes(before: Mapping[str, Any], after: Mapping[str, Any]) -> dict[str, tu
     return {k: pair for k, pair in pairs.items() if fmt_value(pair[0]) != fmt_value(pair[1])}
 
 
-def changes_text(changes: Mapping[str, tuple[Any, Any]]) -> str:
-    """``a 1 -> 8, b - -> LL``: every change, none cut."""
-    return ", ".join(change_text(k, old, new) for k, (old, new) in changes.items())
+def changes_text(changed: Mapping[str, tuple[Any, Any]]) -> str:
+    """``a 1 -> 8, b - -> LL``: every change (as :func:`changes` gives them), none cut."""
+    return ", ".join(change_text(k, old, new) for k, (old, new) in changed.items())
 
 
 def params_text(params: Mapping[str, Any], names: Iterable[str] | None = None) -> str:
