@@ -259,12 +259,13 @@ def test_trials_are_sorted_by_why_they_ran_and_what_they_did_to_the_recommendati
     last = study["trials"][-1]
     assert last["kind"] == "confirmation" and last["launches"] >= 2
 
-    def made(seed: int, trials: list[tuple[str, float, float]]) -> dict:
-        """A study of three trials: (kind, the trial's share of the best, the recommendation's
-        share after it); the last one's configuration was launched twice."""
+    def made(seed: int, trials: list[tuple[str, float, float]], of_rec: tuple[int, ...] = ()) -> dict:
+        """A study: (kind, the trial's share of the best, the recommendation's share after it)
+        per trial; the last one's configuration was launched twice; the trials numbered in
+        ``of_rec`` launched the configuration recommended before them."""
         rows = [
             {"number": i, "kind": k, "server_s": 3600.0, "launched": True, "share": share, "rec_share": rec,
-             "launches": 2 if i == len(trials) - 1 else 1}
+             "launches": 2 if i == len(trials) - 1 else 1, "of_the_recommendation": i in of_rec}
             for i, (k, share, rec) in enumerate(trials)
         ]  # fmt: skip
         return {"seed": seed, "trials": rows}
@@ -293,6 +294,18 @@ def test_trials_are_sorted_by_why_they_ran_and_what_they_did_to_the_recommendati
     assert found["kinds"]["re-measurement"]["raised"] == 1
     assert found["kinds"][new]["raised"] == 1  # 0.8 -> 0.85 in seed 2
     assert found["kinds"]["start point"]["server_h_per_study"] == pytest.approx(1.0)
+
+    # A plateau: re-measuring a challenger tied with the leader (97.7% against 97.8%) cannot
+    # move the recommendation's worth; re-measuring the leader itself, or launching the best,
+    # can.
+    plateau = made(
+        3,
+        [("start point", 0.978, 0.978), (new, 1.0, 0.978), ("re-measurement", 0.977, 0.978),
+         ("re-measurement", 0.978, 0.978)],
+        of_rec=(3,),
+    )  # fmt: skip
+    tied = final_window.analyse([plateau])["kinds"]
+    assert (tied["re-measurement"]["tied_per_study"], tied[new]["tied_per_study"]) == (1, 0)
 
 
 def test_the_noise_ceiling_replays_ideal_studies_from_measured_launches() -> None:
