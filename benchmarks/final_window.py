@@ -82,6 +82,9 @@ def study_trials(space_name: str, seed: int, budget: int) -> dict[str, Any]:
     def share(params: dict[str, Any] | None) -> float:
         return 0.0 if params is None else true_value(space, space.complete(params), truth) / best
 
+    def identity(params: dict[str, Any] | None) -> str | None:
+        return None if params is None else space.key(space.complete(params))
+
     groups = estimates.by_configuration(t for t in trials if estimates.launched(t))
     rows = [
         {
@@ -92,7 +95,7 @@ def study_trials(space_name: str, seed: int, budget: int) -> dict[str, Any]:
             "share": share(dict(t.params)),
             "rec_share": share(rec),
             "launches": len(groups.get(estimates.configuration(t), ())),
-            "of_the_recommendation": dict(t.params) == before,
+            "of_the_recommendation": identity(dict(t.params)) == identity(before),
         }
         for t, rec, before in zip(trials, recs, [None, *recs[:-1]], strict=True)
     ]
