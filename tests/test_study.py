@@ -90,6 +90,51 @@ def test_identical_configuration_reuses_the_measurement(space):
     assert again.values == first.values and again.attrs["levels"] == first.attrs["levels"]
 
 
+DEFAULTS_SPACE = """\
+name: defaults
+engine: sglang
+hardware: rtx-pro-6000-pcie-x8
+model: kimi-k2.6
+launch:
+  command: [python3, -m, sglang.launch_server]
+  flags: {--model-path: /models/Kimi-K2.6, --tp-size: 8, --ep-size: 8, --mem-fraction-static: 0.88,
+          --max-running-requests: 256, --num-continuous-decode-steps: 8}
+parameters:
+  moe_dense_tp_size: {flag: --moe-dense-tp-size, type: categorical, choices: [null, 1, 8]}
+  nccl_buffsize: {env: NCCL_BUFFSIZE, type: categorical, choices: [null, 4194304, 16777216]}
+  nccl_nthreads: {env: NCCL_NTHREADS, type: categorical, choices: [null, 256, 512]}
+workload: {kind: burst, levels: [1, 64], max_tokens: 512, single_max_tokens: 128}
+"""
+
+
+def test_a_setting_spelled_at_its_default_is_the_same_server(workdir):
+    """NCCL_BUFFSIZE=4194304 is NCCL's default and --moe-dense-tp-size 8 under TP 8 is
+    SGLang's: spelled out, each starts the server left unset, so it is measured once, not
+    restarted for. A setting whose default depends on the topology (NCCL_NTHREADS) and a
+    value that changes the server (16 MiB, dense TP 1) are launches of their own."""
+    path = workdir / "defaults.yaml"
+    path.write_text(DEFAULTS_SPACE)
+    search = make_search(load_space(path), 6)
+    unset = {"moe_dense_tp_size": None, "nccl_buffsize": None, "nccl_nthreads": None}
+    for changed in (
+        {},
+        {"nccl_buffsize": 4194304},
+        {"moe_dense_tp_size": 8, "nccl_buffsize": 4194304},
+        {"nccl_buffsize": 16777216},
+        {"moe_dense_tp_size": 1},
+        {"nccl_nthreads": 512},
+    ):
+        search.study.enqueue_trial({**unset, **changed})
+    search.run()
+    first, *rest = records(search)
+    assert first.outcome == "complete" and first.attrs["server_s"] > 0
+    for same in rest[:2]:
+        assert same.outcome == "reused" and same.attrs["reused_from"] == first.number
+        assert same.attrs["server_s"] == 0
+    for other in rest[2:]:
+        assert other.outcome == "complete" and other.attrs["server_s"] > 0
+
+
 def test_every_trial_of_a_study_serves_the_same_requests(space):
     """Configurations are compared on one request set (common random numbers): two
     configurations measured under noise generate the same replies, level by level; a run

@@ -5,7 +5,8 @@ the other all-to-all backends), so several rendered command lines can start one 
 Here live the three uses of that fact:
 
 * :func:`server_key`: the identity that reuse and dedupe key on, so that a server is
-  measured once however many spellings of it the sampler proposes;
+  measured once however many spellings of it the sampler proposes (a setting spelled at
+  the engine's or NCCL's default is the setting left out: :mod:`tuner.engines.nccl`);
 * :func:`rewrites`: what the engine changed from what the configuration asked, shown on
   the trial;
 * :func:`readback_differences`: after a healthy launch, the settings the server reports
@@ -22,6 +23,7 @@ import json
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from tuner.engines import nccl
 from tuner.engines.base import render_env
 
 if TYPE_CHECKING:
@@ -72,7 +74,7 @@ def server_key(space: Space, params: Mapping[str, Any], resolved: Mapping[str, A
     data = {
         "command": list(space.launch.command),
         "server": server,
-        "env": sorted(render_env(spec.env).items()),
+        "env": sorted(nccl.without_defaults(render_env(spec.env)).items()),
     }
     return json.dumps(data, separators=(",", ":"), sort_keys=True, default=str)
 

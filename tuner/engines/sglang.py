@@ -509,7 +509,17 @@ class SGLangEngine(Engine):
         if resolved is None:
             resolved = asdict(self.resolve(argv, gpu_count))
         identity.update(resolved)
-        return identity
+        return _one_spelling(identity)
+
+
+def _one_spelling(identity: dict[str, Any]) -> dict[str, Any]:
+    """``identity`` with the settings SGLang treats alike spelled one way: a
+    ``moe_dense_tp_size`` equal to the TP size is its default (the dense layers change only
+    at 1: ``enable_moe_dense_fully_dp``), so it is the unset value."""
+    dense = identity.get("moe_dense_tp_size")
+    if dense is not None and dense == identity.get("tp_size"):
+        identity["moe_dense_tp_size"] = None
+    return identity
 
 
 ENGINE = SGLangEngine()

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from tuner.engines.nccl import DEFAULT_BUFFSIZE
 from tuner.failures import LaunchFailure
 from tuner.profiles import Interconnect, NcclProtocol
 
@@ -33,8 +34,6 @@ LL_BANDWIDTH_FRACTION = 0.33
 LL128_BANDWIDTH_FRACTION = 0.9
 #: NCCL's default NCCL_NTHREADS for all protocols on recent GPUs.
 DEFAULT_NTHREADS = 512
-#: NCCL's default NCCL_BUFFSIZE (4 MiB).
-DEFAULT_BUFFSIZE = 4 * 1024 * 1024
 #: Simple protocol pipelining: per-step chunk = BUFFSIZE / NCCL_STEPS(8); larger chunks hide
 #: the per-step handshake. Half-efficiency buffer size of that effect (estimate).
 BUFFSIZE_HALF_BYTES = 256 * 1024
