@@ -93,6 +93,7 @@ def test_identical_configuration_reuses_the_measurement(space):
 DEFAULTS_SPACE = """\
 name: defaults
 engine: sglang
+engine_version: "0.5.23"
 hardware: rtx-pro-6000-pcie-x8
 model: kimi-k2.6
 launch:
@@ -103,36 +104,49 @@ parameters:
   moe_dense_tp_size: {flag: --moe-dense-tp-size, type: categorical, choices: [null, 1, 8]}
   nccl_buffsize: {env: NCCL_BUFFSIZE, type: categorical, choices: [null, 4194304, 16777216]}
   nccl_nthreads: {env: NCCL_NTHREADS, type: categorical, choices: [null, 256, 512]}
+  cuda_graph_max_bs: {flag: --cuda-graph-max-bs-decode, type: categorical, choices: [null, 128, 256, 512]}
 workload: {kind: burst, levels: [1, 64], max_tokens: 512, single_max_tokens: 128}
 """
 
 
 def test_a_setting_spelled_at_its_default_is_the_same_server(workdir):
-    """NCCL_BUFFSIZE=4194304 is NCCL's default and --moe-dense-tp-size 8 under TP 8 is
-    SGLang's: spelled out, each starts the server left unset, so it is measured once, not
-    restarted for. A setting whose default depends on the topology (NCCL_NTHREADS) and a
-    value that changes the server (16 MiB, dense TP 1) are launches of their own."""
+    """NCCL_BUFFSIZE=4194304 is NCCL's default, --moe-dense-tp-size 8 under TP 8 is
+    SGLang's, and with 256 running requests SGLang captures the same decode graphs under a
+    graph limit of 256, 512 or its default (512 at TP 8 on a 96 GB GPU): each starts the
+    server measured first, so it is reused, not restarted for. A setting whose default
+    depends on the topology (NCCL_NTHREADS) and values that change the server (16 MiB,
+    dense TP 1, graphs up to 128) are launches of their own."""
     path = workdir / "defaults.yaml"
     path.write_text(DEFAULTS_SPACE)
-    search = make_search(load_space(path), 6)
-    unset = {"moe_dense_tp_size": None, "nccl_buffsize": None, "nccl_nthreads": None}
-    for changed in (
-        {},
+    search = make_search(load_space(path), 9)
+    unset = {
+        "moe_dense_tp_size": None,
+        "nccl_buffsize": None,
+        "nccl_nthreads": None,
+        "cuda_graph_max_bs": None,
+    }
+    same = (
         {"nccl_buffsize": 4194304},
         {"moe_dense_tp_size": 8, "nccl_buffsize": 4194304},
+        {"cuda_graph_max_bs": 512},
+        {"cuda_graph_max_bs": 256, "moe_dense_tp_size": 8},
+    )
+    other = (
         {"nccl_buffsize": 16777216},
         {"moe_dense_tp_size": 1},
         {"nccl_nthreads": 512},
-    ):
+        {"cuda_graph_max_bs": 128},
+    )
+    for changed in ({}, *same, *other):
         search.study.enqueue_trial({**unset, **changed})
     search.run()
     first, *rest = records(search)
     assert first.outcome == "complete" and first.attrs["server_s"] > 0
-    for same in rest[:2]:
-        assert same.outcome == "reused" and same.attrs["reused_from"] == first.number
-        assert same.attrs["server_s"] == 0
-    for other in rest[2:]:
-        assert other.outcome == "complete" and other.attrs["server_s"] > 0
+    for trial in rest[: len(same)]:
+        assert trial.outcome == "reused" and trial.attrs["reused_from"] == first.number
+        assert trial.attrs["server_s"] == 0
+    for trial in rest[len(same) :]:
+        assert trial.outcome == "complete" and trial.attrs["server_s"] > 0
 
 
 def test_every_trial_of_a_study_serves_the_same_requests(space):

@@ -70,6 +70,9 @@ def server_key(space: Space, params: Mapping[str, Any], resolved: Mapping[str, A
         server = None
     if server is None:
         return space.key(params)
+    same_server = getattr(space.engine, "same_server", None)
+    if same_server is not None:
+        server = same_server(server, space.hardware_profile.gpu.memory_gib)
     spec = space.render(params)
     data = {
         "command": list(space.launch.command),

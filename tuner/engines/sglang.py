@@ -51,7 +51,7 @@ EP_SPANNING_A2A_BACKENDS = frozenset(
 )
 
 #: SGLang's default ``--chunked-prefill-size`` and ``--cuda-graph-max-bs-decode`` for GPUs
-#: with 90-160 GiB under TP >= 4 (``_handle_gpu_memory_settings``).
+#: with 60-160 GiB under TP >= 4 (``_handle_gpu_memory_settings``), and the latter under TP < 4.
 DEFAULT_CHUNKED_PREFILL_SIZE = 8192
 DEFAULT_CUDA_GRAPH_MAX_BS_TP4 = 512
 DEFAULT_CUDA_GRAPH_MAX_BS = 256
@@ -509,17 +509,44 @@ class SGLangEngine(Engine):
         if resolved is None:
             resolved = asdict(self.resolve(argv, gpu_count))
         identity.update(resolved)
-        return _one_spelling(identity)
+        return identity
+
+    def same_server(self, identity: Mapping[str, Any], gpu_memory_gib: float) -> dict[str, Any]:
+        """``identity`` (:meth:`server_identity`) with the settings that start the same server
+        spelled one way, for keying reuse (not for reading ``/server_info`` back, which
+        reports them as asked):
+
+        * a ``moe_dense_tp_size`` equal to the TP size is the default (the dense layers
+          change only at 1: ``enable_moe_dense_fully_dp``);
+        * SGLang captures decode graphs up to ``cuda_graph_max_bs`` and no larger than its
+          request pool (``max_running_requests``), so with the pool asked for and the memory
+          fraction set (its default is derived from the graph limit) every limit at or above
+          the pool, the default included (:func:`default_cuda_graph_max_bs`), is the pool;
+          without CUDA graphs the limit is nothing.
+        """
+        out = dict(identity)
+        dense = out.get("moe_dense_tp_size")
+        if dense is not None and dense == out.get("tp_size"):
+            out["moe_dense_tp_size"] = None
+        if out.get("disable_cuda_graph"):
+            out["cuda_graph_max_bs"] = None
+            return out
+        running, tp = out.get("max_running_requests"), out.get("tp_size") or 1
+        graphs = out.get("cuda_graph_max_bs") or default_cuda_graph_max_bs(gpu_memory_gib, tp)
+        # Under data parallelism the pool is per rank (the asked value split), left unfolded.
+        single_pool = (out.get("dp_size") or 1) == 1
+        if graphs and running and single_pool and out.get("mem_fraction_static") is not None:
+            out["cuda_graph_max_bs"] = min(graphs, running)
+        return out
 
 
-def _one_spelling(identity: dict[str, Any]) -> dict[str, Any]:
-    """``identity`` with the settings SGLang treats alike spelled one way: a
-    ``moe_dense_tp_size`` equal to the TP size is its default (the dense layers change only
-    at 1: ``enable_moe_dense_fully_dp``), so it is the unset value."""
-    dense = identity.get("moe_dense_tp_size")
-    if dense is not None and dense == identity.get("tp_size"):
-        identity["moe_dense_tp_size"] = None
-    return identity
+def default_cuda_graph_max_bs(gpu_memory_gib: float, tp_size: int) -> int | None:
+    """SGLang's default ``--cuda-graph-max-bs-decode`` on GPUs of 60 to 160 GiB (H100, H200,
+    RTX PRO 6000): 256 under TP < 4, 512 from TP 4 (``_handle_gpu_memory_settings``, whose
+    table goes on below and above that range); None for GPUs outside it."""
+    if not 60 <= gpu_memory_gib < 160:
+        return None
+    return DEFAULT_CUDA_GRAPH_MAX_BS_TP4 if tp_size >= 4 else DEFAULT_CUDA_GRAPH_MAX_BS
 
 
 ENGINE = SGLangEngine()
