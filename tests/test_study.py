@@ -105,34 +105,35 @@ parameters:
   nccl_buffsize: {env: NCCL_BUFFSIZE, type: categorical, choices: [null, 4194304, 16777216]}
   nccl_nthreads: {env: NCCL_NTHREADS, type: categorical, choices: [null, 256, 512]}
   cuda_graph_max_bs: {flag: --cuda-graph-max-bs-decode, type: categorical, choices: [null, 128, 256, 512]}
+  nccl_proto: {env: NCCL_PROTO, type: categorical, choices: [null, LL, "LL,Simple"]}
 workload: {kind: burst, levels: [1, 64], max_tokens: 512, single_max_tokens: 128}
 """
 
 
 def test_a_setting_spelled_at_its_default_is_the_same_server(workdir):
-    """NCCL_BUFFSIZE=4194304 is NCCL's default, --moe-dense-tp-size 8 under TP 8 is
-    SGLang's, and with 256 running requests SGLang captures the same decode graphs under a
-    graph limit of 256, 512 or its default (512 at TP 8 on a 96 GB GPU): each starts the
-    server measured first, so it is reused, not restarted for. A setting whose default
-    depends on the topology (NCCL_NTHREADS) and values that change the server (16 MiB,
-    dense TP 1, graphs up to 128) are launches of their own."""
+    """Settings that start the server measured first are reused, not restarted for:
+    NCCL_BUFFSIZE=4194304 (NCCL's default), NCCL_PROTO=LL,Simple (NCCL's protocols over
+    PCIe, where it leaves LL128 off), --moe-dense-tp-size 8 under TP 8 (SGLang's default),
+    and with 256 running requests a decode-graph limit of 256 or 512 (SGLang captures none
+    larger than its request pool; its default is 512 at TP 8 on a 96 GB GPU). A setting
+    whose default depends on the topology (NCCL_NTHREADS) and values that change the server
+    (16 MiB, LL alone, dense TP 1, graphs up to 128) are launches of their own."""
     path = workdir / "defaults.yaml"
     path.write_text(DEFAULTS_SPACE)
-    search = make_search(load_space(path), 9)
-    unset = {
-        "moe_dense_tp_size": None,
-        "nccl_buffsize": None,
-        "nccl_nthreads": None,
-        "cuda_graph_max_bs": None,
-    }
+    search = make_search(load_space(path), 11)
+    unset = dict.fromkeys(
+        ("moe_dense_tp_size", "nccl_buffsize", "nccl_nthreads", "cuda_graph_max_bs", "nccl_proto")
+    )
     same = (
         {"nccl_buffsize": 4194304},
         {"moe_dense_tp_size": 8, "nccl_buffsize": 4194304},
         {"cuda_graph_max_bs": 512},
         {"cuda_graph_max_bs": 256, "moe_dense_tp_size": 8},
+        {"nccl_proto": "LL,Simple"},
     )
     other = (
         {"nccl_buffsize": 16777216},
+        {"nccl_proto": "LL"},
         {"moe_dense_tp_size": 1},
         {"nccl_nthreads": 512},
         {"cuda_graph_max_bs": 128},

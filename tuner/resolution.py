@@ -70,6 +70,7 @@ def server_key(space: Space, params: Mapping[str, Any], resolved: Mapping[str, A
         server = None
     if server is None:
         return space.key(params)
+    link = space.hardware_profile.interconnect
     same_server = getattr(space.engine, "same_server", None)
     if same_server is not None:
         server = same_server(server, space.hardware_profile.gpu.memory_gib)
@@ -77,7 +78,11 @@ def server_key(space: Space, params: Mapping[str, Any], resolved: Mapping[str, A
     data = {
         "command": list(space.launch.command),
         "server": server,
-        "env": sorted(nccl.without_defaults(render_env(spec.env)).items()),
+        "env": sorted(
+            nccl.without_defaults(
+                render_env(spec.env), ll128_by_default=link.ll128_enabled_by_default
+            ).items()
+        ),
     }
     return json.dumps(data, separators=(",", ":"), sort_keys=True, default=str)
 

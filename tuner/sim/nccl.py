@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from tuner.engines import nccl as nccl_env
 from tuner.engines.nccl import DEFAULT_BUFFSIZE
 from tuner.failures import LaunchFailure
 from tuner.profiles import Interconnect, NcclProtocol
@@ -84,24 +85,18 @@ def resolve(env: Mapping[str, str], link: Interconnect) -> NcclConfig:
     Raises :class:`LaunchFailure` (``crash``) for settings that make NCCL abort at init,
     as a real server would when its first collective is set up.
     """
-    allowed: list[NcclProtocol] = ["LL", "Simple"]
-    if link.ll128_enabled_by_default:
-        allowed.append("LL128")
+    allowed = list(nccl_env.default_protocols(link.ll128_enabled_by_default))
     forced = False
     proto = env.get("NCCL_PROTO", "").strip()
     if proto:
-        exclude = proto.startswith("^")
-        names = [p.strip() for p in proto.lstrip("^").split(",") if p.strip()]
-        canon = {p.lower(): p for p in PROTOCOLS}
-        bad = [p for p in names if p.lower() not in canon]
-        if bad:
+        try:
+            allowed = list(nccl_env.allowed_protocols(proto))
+        except nccl_env.UnknownProtocol as exc:
             raise LaunchFailure(
                 "crash",
                 f"NCCL WARN Invalid NCCL_PROTO value {proto!r}: unknown "
-                f"protocol {bad[0]!r}\nncclInvalidUsage: invalid usage",
-            )
-        chosen = [canon[p.lower()] for p in names]
-        allowed = [p for p in PROTOCOLS if p not in chosen] if exclude else chosen
+                f"protocol {exc.args[0]!r}\nncclInvalidUsage: invalid usage",
+            ) from None
         forced = True
         if not allowed:
             raise LaunchFailure(
