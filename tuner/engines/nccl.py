@@ -12,18 +12,20 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from tuner.profiles import NcclProtocol
+
 #: NCCL_BUFFSIZE: 4 MiB (NCCL docs, "Environment Variables"; ``DEFAULT_BUFFSIZE`` in NCCL's
 #: source). It sizes the Simple protocol's buffers whatever the protocol selection.
 DEFAULT_BUFFSIZE = 4 * 1024 * 1024
 #: NCCL's protocols, as NCCL_PROTO spells them (case-insensitive).
-PROTOCOLS = ("LL", "LL128", "Simple")
+PROTOCOLS: tuple[NcclProtocol, ...] = ("LL", "LL128", "Simple")
 
 
 class UnknownProtocol(ValueError):
     """An NCCL_PROTO entry that names no protocol (NCCL refuses it at init)."""
 
 
-def allowed_protocols(value: str) -> tuple[str, ...]:
+def allowed_protocols(value: str) -> tuple[NcclProtocol, ...]:
     """The protocols an NCCL_PROTO value lets NCCL use: the ones it lists, or with a leading
     ``^`` the ones it does not (empty when it excludes them all)."""
     exclude = value.strip().startswith("^")
@@ -36,7 +38,7 @@ def allowed_protocols(value: str) -> tuple[str, ...]:
     return tuple(p for p in PROTOCOLS if (p not in chosen) == exclude)
 
 
-def default_protocols(ll128_by_default: bool) -> tuple[str, ...]:
+def default_protocols(ll128_by_default: bool) -> tuple[NcclProtocol, ...]:
     """The protocols NCCL uses with NCCL_PROTO unset: LL and Simple, and LL128 where NCCL
     enables it by default (GPUs of one tested architecture joined by NVLink; never over
     PCIe: the hardware profile's ``ll128_enabled_by_default``)."""

@@ -16,7 +16,7 @@ from tuner.engines.nccl import DEFAULT_BUFFSIZE
 from tuner.failures import LaunchFailure
 from tuner.profiles import Interconnect, NcclProtocol
 
-PROTOCOLS: tuple[NcclProtocol, ...] = ("LL", "LL128", "Simple")
+PROTOCOLS = nccl_env.PROTOCOLS
 #: NCCL_P2P_LEVEL path types, nearest first (NCCL docs: LOC, NVL, PIX, PXB, PHB, SYS).
 P2P_LEVELS = ("LOC", "NVL", "PIX", "PXB", "PHB", "SYS")
 #: NCCL_P2P_LEVEL's legacy integer form (NCCL docs, "NCCL_P2P_LEVEL"): LOC=0, PIX=1, PXB=2,
