@@ -5,8 +5,9 @@ the other all-to-all backends), so several rendered command lines can start one 
 Here live the three uses of that fact:
 
 * :func:`server_key`: the identity that reuse and dedupe key on, so that a server is
-  measured once however many spellings of it the sampler proposes (a setting spelled at
-  the engine's or NCCL's default is the setting left out: :mod:`tuner.engines.nccl`);
+  measured once however many spellings of it the sampler proposes (settings that start
+  the same server are spelled one way: the engine's in its ``same_server``, NCCL's
+  defaults in :mod:`tuner.engines.nccl`);
 * :func:`rewrites`: what the engine changed from what the configuration asked, shown on
   the trial;
 * :func:`readback_differences`: after a healthy launch, the settings the server reports
