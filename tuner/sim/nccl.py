@@ -12,7 +12,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from tuner.engines import nccl as nccl_env
-from tuner.engines.nccl import DEFAULT_BUFFSIZE
 from tuner.failures import LaunchFailure
 from tuner.profiles import Interconnect, NcclProtocol
 
@@ -124,7 +123,7 @@ def resolve(env: Mapping[str, str], link: Interconnect) -> NcclConfig:
     channels = min(max(link.default_channels, min_ch), max_ch)
     nthreads = _int_env(env, "NCCL_NTHREADS", DEFAULT_NTHREADS, 64, 512)
     nthreads = max(64, nthreads - nthreads % 32)
-    buffsize = _int_env(env, "NCCL_BUFFSIZE", DEFAULT_BUFFSIZE, 64 * 1024, 1 << 30)
+    buffsize = _int_env(env, "NCCL_BUFFSIZE", nccl_env.DEFAULT_BUFFSIZE, 64 * 1024, 1 << 30)
     p2p = env.get("NCCL_P2P_DISABLE", "0").strip() not in ("1", "true", "True")
     level = env.get("NCCL_P2P_LEVEL", "").strip().upper()
     if p2p and level:
@@ -147,7 +146,7 @@ class AllReduceModel:
         if cfg.algorithm == "Tree":
             simple *= TREE_BANDWIDTH_FACTOR
         buf = cfg.buffsize / (cfg.buffsize + BUFFSIZE_HALF_BYTES)
-        buf_default = DEFAULT_BUFFSIZE / (DEFAULT_BUFFSIZE + BUFFSIZE_HALF_BYTES)
+        buf_default = nccl_env.DEFAULT_BUFFSIZE / (nccl_env.DEFAULT_BUFFSIZE + BUFFSIZE_HALF_BYTES)
         thread_ll = cfg.nthreads / DEFAULT_NTHREADS
         thread_simple = min(1.0, cfg.nthreads / 256)
         self._busbw: dict[NcclProtocol, float] = {
