@@ -40,7 +40,7 @@ from _tables import format_table
 from space_best import true_value
 
 from studies import STRATEGIES, Job, recommendations
-from tuner import estimates, trial_record
+from tuner import estimates, resolution, trial_record
 from tuner.budget import StudyStopped
 
 #: Kinds of trial, in the order the table shows them.
@@ -83,7 +83,7 @@ def study_trials(space_name: str, seed: int, budget: int) -> dict[str, Any]:
         return 0.0 if params is None else true_value(space, space.complete(params), truth) / best
 
     def identity(params: dict[str, Any] | None) -> str | None:
-        return None if params is None else space.key(space.complete(params))
+        return None if params is None else resolution.server_key(space, space.complete(params))
 
     groups = estimates.by_configuration(t for t in trials if estimates.launched(t))
     rows = [

@@ -15,7 +15,6 @@ from tuner.engines import nccl as nccl_env
 from tuner.failures import LaunchFailure
 from tuner.profiles import Interconnect, NcclProtocol
 
-PROTOCOLS = nccl_env.PROTOCOLS
 #: NCCL_P2P_LEVEL path types, nearest first (NCCL docs: LOC, NVL, PIX, PXB, PHB, SYS).
 P2P_LEVELS = ("LOC", "NVL", "PIX", "PXB", "PHB", "SYS")
 #: NCCL_P2P_LEVEL's legacy integer form (NCCL docs, "NCCL_P2P_LEVEL"): LOC=0, PIX=1, PXB=2,
@@ -54,7 +53,6 @@ class NcclConfig:
     """NCCL settings as NCCL resolves them from the environment on one host."""
 
     allowed_protocols: tuple[NcclProtocol, ...]
-    forced_protocols: bool
     algorithm: str
     channels: int
     nthreads: int
@@ -85,7 +83,6 @@ def resolve(env: Mapping[str, str], link: Interconnect) -> NcclConfig:
     as a real server would when its first collective is set up.
     """
     allowed = list(nccl_env.default_protocols(link.ll128_enabled_by_default))
-    forced = False
     proto = env.get("NCCL_PROTO", "").strip()
     if proto:
         try:
@@ -96,7 +93,6 @@ def resolve(env: Mapping[str, str], link: Interconnect) -> NcclConfig:
                 f"NCCL WARN Invalid NCCL_PROTO value {proto!r}: unknown "
                 f"protocol {exc.args[0]!r}\nncclInvalidUsage: invalid usage",
             ) from None
-        forced = True
         if not allowed:
             raise LaunchFailure(
                 "crash",
@@ -131,7 +127,7 @@ def resolve(env: Mapping[str, str], link: Interconnect) -> NcclConfig:
             level = P2P_LEVEL_NUMBERS[min(int(level), len(P2P_LEVEL_NUMBERS) - 1)]
         if level in P2P_LEVELS:
             p2p = P2P_LEVELS.index(link.topology_path) <= P2P_LEVELS.index(level)
-    return NcclConfig(tuple(allowed), forced, first, channels, nthreads, buffsize, p2p)
+    return NcclConfig(tuple(allowed), first, channels, nthreads, buffsize, p2p)
 
 
 class AllReduceModel:
@@ -156,7 +152,7 @@ class AllReduceModel:
         }
         extra = 0.0 if cfg.p2p else link.no_p2p_extra_latency_us
         lat_factor = TREE_LATENCY_FACTOR if cfg.algorithm == "Tree" else 1.0
-        self._latency = {p: (link.latency_us[p] * lat_factor + extra) * 1e-6 for p in PROTOCOLS}
+        self._latency = {p: (link.latency_us[p] * lat_factor + extra) * 1e-6 for p in nccl_env.PROTOCOLS}
 
     def protocol_for(self, nbytes: float) -> NcclProtocol:
         """The protocol NCCL uses for a message of this size (its tuner's pick)."""
