@@ -231,6 +231,31 @@ def test_32k_prefill_chunk_with_fp8_kv_fits_96gb_cards():
     assert mem.activation_gib + mem.cuda_graph_gib + mem.nccl_buffers_gib <= mem.headroom_gib
 
 
+@pytest.mark.parametrize(
+    "hw, tp, chunk, graphs",
+    [
+        ("h200-sxm-x8", 8, 8192, 512),
+        ("h200-sxm-x8", 2, 8192, 256),
+        ("b200-x8", 8, 16384, 512),
+        ("b200-x8", 2, 16384, 512),
+    ],
+)
+def test_an_unset_prefill_chunk_and_graph_limit_take_sglangs_defaults_for_the_gpu(hw, tp, chunk, graphs):
+    # SGLang's _handle_gpu_memory_settings: 8192 tokens and 256/512 graphs (TP < 4 / >= 4) on
+    # 60-160 GiB GPUs, 16384 and 512 at any TP from 160 GiB (B200). Spelling the default out
+    # starts the same server, so it must measure the same.
+    flags = f"--tp-size {tp} --pp-size {8 // tp} --mem-fraction-static 0.85 --max-running-requests 1024"
+    unset = PerfModel.build(hw, "deepseek-v3", flags, {})
+    spelled = PerfModel.build(
+        hw, "deepseek-v3", f"{flags} --chunked-prefill-size {chunk} --cuda-graph-max-bs-decode {graphs}", {}
+    )
+    assert (unset.memory.chunked_prefill_size, unset.memory.cuda_graph_max_bs) == (chunk, graphs)
+    assert unset.memory == spelled.memory
+    burst = Workload(kind="burst", levels=(8,), prompt_tokens=4096, max_tokens=16)
+    (a,), (b,) = simulate_sweep(unset, burst, noise=0), simulate_sweep(spelled, burst, noise=0)
+    assert summarize(a) == summarize(b)
+
+
 def test_one_stream_at_30k_context_is_several_ms_slower_than_at_2k():
     pm = build()
     extra_ms = (pm.decode_step_s(1, 30_000) - pm.decode_step_s(1, 2_000)) * 1e3

@@ -118,12 +118,6 @@ def test_a_setting_spelled_at_its_default_is_the_same_server(workdir):
     larger than its request pool; its default is 512 at TP 8 on a 96 GB GPU). A setting
     whose default depends on the topology (NCCL_NTHREADS) and values that change the server
     (16 MiB, LL alone, dense TP 1, graphs up to 128) are launches of their own."""
-    path = workdir / "defaults.yaml"
-    path.write_text(DEFAULTS_SPACE)
-    search = make_search(load_space(path), 11)
-    unset = dict.fromkeys(
-        ("moe_dense_tp_size", "nccl_buffsize", "nccl_nthreads", "cuda_graph_max_bs", "nccl_proto")
-    )
     same = (
         {"nccl_buffsize": 4194304},
         {"moe_dense_tp_size": 8, "nccl_buffsize": 4194304},
@@ -138,6 +132,30 @@ def test_a_setting_spelled_at_its_default_is_the_same_server(workdir):
         {"nccl_nthreads": 512},
         {"cuda_graph_max_bs": 128},
     )
+    _assert_one_server_each(workdir / "defaults.yaml", DEFAULTS_SPACE, same, other)
+
+
+def test_on_a_b200_its_own_memory_defaults_are_the_same_server(workdir):
+    """SGLang's defaults depend on the GPU's memory: from 160 GiB (B200) it chunks prefill by
+    16384 tokens and captures up to 512 decode graphs at any TP, so those spelled out are the
+    server measured first and 8192 tokens (the 96 GB card's default) is another."""
+    text = DEFAULTS_SPACE.replace("rtx-pro-6000-pcie-x8", "b200-x8").replace(
+        "parameters:\n",
+        "parameters:\n  chunked_prefill_size: {flag: --chunked-prefill-size, type: categorical,"
+        " choices: [null, 8192, 16384]}\n",
+    )
+    same = ({"chunked_prefill_size": 16384}, {"chunked_prefill_size": 16384, "cuda_graph_max_bs": 512})
+    other = ({"chunked_prefill_size": 8192},)
+    _assert_one_server_each(workdir / "b200.yaml", text, same, other)
+
+
+def _assert_one_server_each(path, text: str, same: tuple[dict, ...], other: tuple[dict, ...]) -> None:
+    """A study of the space ``text`` measures its first configuration (every parameter unset),
+    then reuses that launch for each of ``same`` and launches each of ``other``."""
+    path.write_text(text)
+    space = load_space(path)
+    search = make_search(space, 1 + len(same) + len(other))
+    unset = dict.fromkeys(space.parameters)
     for changed in ({}, *same, *other):
         search.study.enqueue_trial({**unset, **changed})
     search.run()

@@ -55,6 +55,36 @@ EP_SPANNING_A2A_BACKENDS = frozenset(
 DEFAULT_CHUNKED_PREFILL_SIZE = 8192
 DEFAULT_CUDA_GRAPH_MAX_BS_TP4 = 512
 DEFAULT_CUDA_GRAPH_MAX_BS = 256
+#: The same two on GPUs of 160 GiB and more (B200, MI300), at any TP size.
+LARGE_GPU_GIB = 160.0
+LARGE_GPU_CHUNKED_PREFILL_SIZE = 16384
+LARGE_GPU_CUDA_GRAPH_MAX_BS = 512
+#: Below this, SGLang's releases disagree on the two defaults (2048-4096 tokens, 8-160
+#: graphs), so nothing is assumed there.
+KNOWN_DEFAULTS_FROM_GIB = 60.0
+
+
+@dataclass(frozen=True)
+class MemoryDefaults:
+    """What SGLang sets, for a GPU's memory and the TP size, where a launch leaves
+    ``--chunked-prefill-size`` and ``--cuda-graph-max-bs-decode`` unset
+    (``ServerArgs._handle_gpu_memory_settings``)."""
+
+    chunked_prefill_size: int
+    cuda_graph_max_bs: int
+
+
+def memory_defaults(gpu_memory_gib: float, tp_size: int) -> MemoryDefaults | None:
+    """SGLang's defaults of the prefill chunk and the decode-graph limit: 8192 tokens and
+    256 graphs under TP 4 (512 from TP 4) on GPUs of 60 to 160 GiB (H100, H200, RTX PRO
+    6000), 16384 tokens and 512 graphs from 160 GiB (B200); None below 60 GiB, where its
+    releases differ."""
+    if gpu_memory_gib < KNOWN_DEFAULTS_FROM_GIB:
+        return None
+    if gpu_memory_gib >= LARGE_GPU_GIB:
+        return MemoryDefaults(LARGE_GPU_CHUNKED_PREFILL_SIZE, LARGE_GPU_CUDA_GRAPH_MAX_BS)
+    graphs = DEFAULT_CUDA_GRAPH_MAX_BS_TP4 if tp_size >= 4 else DEFAULT_CUDA_GRAPH_MAX_BS
+    return MemoryDefaults(DEFAULT_CHUNKED_PREFILL_SIZE, graphs)
 
 
 def release_table(version: str) -> dict[str, Any]:
@@ -518,35 +548,31 @@ class SGLangEngine(Engine):
 
         * a ``moe_dense_tp_size`` equal to the TP size is the default (the dense layers
           change only at 1: ``enable_moe_dense_fully_dp``);
+        * a ``chunked_prefill_size`` equal to SGLang's default for the GPU
+          (:func:`memory_defaults`) is the default;
         * SGLang captures decode graphs up to ``cuda_graph_max_bs`` and no larger than its
           request pool (``max_running_requests``), so with the pool asked for and the memory
           fraction set (its default is derived from the graph limit) every limit at or above
-          the pool, the default included (:func:`default_cuda_graph_max_bs`), is the pool;
-          without CUDA graphs the limit is nothing.
+          the pool, the default included, is the pool; without CUDA graphs the limit is
+          nothing.
         """
         out = dict(identity)
         dense = out.get("moe_dense_tp_size")
         if dense is not None and dense == out.get("tp_size"):
             out["moe_dense_tp_size"] = None
+        running, tp = out.get("max_running_requests"), out.get("tp_size") or 1
+        defaults = memory_defaults(gpu_memory_gib, tp)
+        if defaults is not None and out.get("chunked_prefill_size") == defaults.chunked_prefill_size:
+            out["chunked_prefill_size"] = None
         if out.get("disable_cuda_graph"):
             out["cuda_graph_max_bs"] = None
             return out
-        running, tp = out.get("max_running_requests"), out.get("tp_size") or 1
-        graphs = out.get("cuda_graph_max_bs") or default_cuda_graph_max_bs(gpu_memory_gib, tp)
+        graphs = out.get("cuda_graph_max_bs") or (defaults.cuda_graph_max_bs if defaults else None)
         # Under data parallelism the pool is per rank (the asked value split), left unfolded.
         single_pool = (out.get("dp_size") or 1) == 1
         if graphs and running and single_pool and out.get("mem_fraction_static") is not None:
             out["cuda_graph_max_bs"] = min(graphs, running)
         return out
-
-
-def default_cuda_graph_max_bs(gpu_memory_gib: float, tp_size: int) -> int | None:
-    """SGLang's default ``--cuda-graph-max-bs-decode`` on GPUs of 60 to 160 GiB (H100, H200,
-    RTX PRO 6000): 256 under TP < 4, 512 from TP 4 (``_handle_gpu_memory_settings``, whose
-    table goes on below and above that range); None for GPUs outside it."""
-    if not 60 <= gpu_memory_gib < 160:
-        return None
-    return DEFAULT_CUDA_GRAPH_MAX_BS_TP4 if tp_size >= 4 else DEFAULT_CUDA_GRAPH_MAX_BS
 
 
 ENGINE = SGLangEngine()

@@ -61,6 +61,12 @@ ACTIVATION_BYTES = 2
 RUNNING_REQUESTS_PER_KV_TOKEN = 0.5
 #: SGLang's max_running_requests when the flag is unset, before the KV cap (model_runner).
 DEFAULT_MAX_RUNNING_REQUESTS = 2048
+#: The prefill chunk and decode-graph limit assumed where SGLang's own defaults for the GPU
+#: are not known (:func:`tuner.engines.sglang.memory_defaults`: GPUs under 60 GiB): those
+#: of the 60-160 GiB GPUs at TP >= 4.
+FALLBACK_MEMORY_DEFAULTS = sglang.MemoryDefaults(
+    sglang.DEFAULT_CHUNKED_PREFILL_SIZE, sglang.DEFAULT_CUDA_GRAPH_MAX_BS_TP4
+)
 
 # --- decode kernels ---------------------------------------------------------------------
 #: Achieved fraction of peak memory bandwidth for BF16 GEMV/GEMM weight streaming (typical
@@ -314,12 +320,11 @@ class PerfModel:
         cap = int(kv_tokens * RUNNING_REQUESTS_PER_KV_TOKEN)
         requested = a.max_running_requests
         running = min(requested or DEFAULT_MAX_RUNNING_REQUESTS, cap)
-        graph_default = (
-            sglang.DEFAULT_CUDA_GRAPH_MAX_BS_TP4 if a.tp_size >= 4 else sglang.DEFAULT_CUDA_GRAPH_MAX_BS
-        )
-        graph_bs = min(a.cuda_graph_max_bs or graph_default, running) if a.cuda_graph_enabled else 0
+        defaults = sglang.memory_defaults(gpu.memory_gib, a.tp_size) or FALLBACK_MEMORY_DEFAULTS
+        graph_limit = a.cuda_graph_max_bs or defaults.cuda_graph_max_bs
+        graph_bs = min(graph_limit, running) if a.cuda_graph_enabled else 0
         graph_gib = (CUDA_GRAPH_BASE_GIB + CUDA_GRAPH_PER_BS_GIB * graph_bs) if graph_bs else 0.0
-        chunk = a.chunked_prefill_size or sglang.DEFAULT_CHUNKED_PREFILL_SIZE
+        chunk = a.chunked_prefill_size or defaults.chunked_prefill_size
         if chunk < 0:
             chunk = 1 << 20  # chunking disabled: the whole prompt batch at once
         act = min(chunk, 65536) * m.hidden_size * ACTIVATION_BYTES * ACTIVATION_HIDDEN_MULTIPLE / GIB
