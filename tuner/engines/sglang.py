@@ -83,6 +83,11 @@ def memory_defaults(gpu_memory_gib: float, tp_size: int) -> MemoryDefaults | Non
         return None
     if gpu_memory_gib >= LARGE_GPU_GIB:
         return MemoryDefaults(LARGE_GPU_CHUNKED_PREFILL_SIZE, LARGE_GPU_CUDA_GRAPH_MAX_BS)
+    return mid_range_memory_defaults(tp_size)
+
+
+def mid_range_memory_defaults(tp_size: int) -> MemoryDefaults:
+    """SGLang's defaults on GPUs of 60 to 160 GiB (see :func:`memory_defaults`)."""
     graphs = DEFAULT_CUDA_GRAPH_MAX_BS_TP4 if tp_size >= 4 else DEFAULT_CUDA_GRAPH_MAX_BS
     return MemoryDefaults(DEFAULT_CHUNKED_PREFILL_SIZE, graphs)
 

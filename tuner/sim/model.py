@@ -61,12 +61,6 @@ ACTIVATION_BYTES = 2
 RUNNING_REQUESTS_PER_KV_TOKEN = 0.5
 #: SGLang's max_running_requests when the flag is unset, before the KV cap (model_runner).
 DEFAULT_MAX_RUNNING_REQUESTS = 2048
-#: The prefill chunk and decode-graph limit assumed where SGLang's own defaults for the GPU
-#: are not known (:func:`tuner.engines.sglang.memory_defaults`: GPUs under 60 GiB): those
-#: of the 60-160 GiB GPUs at TP >= 4.
-FALLBACK_MEMORY_DEFAULTS = sglang.MemoryDefaults(
-    sglang.DEFAULT_CHUNKED_PREFILL_SIZE, sglang.DEFAULT_CUDA_GRAPH_MAX_BS_TP4
-)
 
 # --- decode kernels ---------------------------------------------------------------------
 #: Achieved fraction of peak memory bandwidth for BF16 GEMV/GEMM weight streaming (typical
@@ -320,7 +314,10 @@ class PerfModel:
         cap = int(kv_tokens * RUNNING_REQUESTS_PER_KV_TOKEN)
         requested = a.max_running_requests
         running = min(requested or DEFAULT_MAX_RUNNING_REQUESTS, cap)
-        defaults = sglang.memory_defaults(gpu.memory_gib, a.tp_size) or FALLBACK_MEMORY_DEFAULTS
+        # Under 60 GiB, where SGLang's releases disagree, those of the 60-160 GiB GPUs.
+        defaults = sglang.memory_defaults(gpu.memory_gib, a.tp_size) or sglang.mid_range_memory_defaults(
+            a.tp_size
+        )
         graph_limit = a.cuda_graph_max_bs or defaults.cuda_graph_max_bs
         graph_bs = min(graph_limit, running) if a.cuda_graph_enabled else 0
         graph_gib = (CUDA_GRAPH_BASE_GIB + CUDA_GRAPH_PER_BS_GIB * graph_bs) if graph_bs else 0.0
