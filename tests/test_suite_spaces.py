@@ -404,3 +404,31 @@ def test_a_cached_study_is_run_again_when_any_module_it_ran_changes(tmp_path: Pa
     changed = suite.code_hashes({**modules, "tuner.pruning": copy})
     assert changed["peer"] != before["peer"] and changed["tuner"] != before["tuner"]
     assert before["tuner"].startswith(before["peer"]) and before["tuner"] != before["peer"]
+
+
+def test_the_start_bundles_benchmark_takes_one_value_out_of_every_start_point() -> None:
+    """benchmarks/start_bundles.py: the second start list is the space's own with one
+    parameter left at the engine's default in every point and nothing else changed (the
+    trace space's points keep the decode steps, channels, threads and buffers that ride with
+    NCCL_PROTO=LL); the third has none, so a study starts from the engine's defaults under
+    each layout; the workload, a replayed trace, is the space's own in all three."""
+    import start_bundles
+
+    from tuner.start_points import defaults
+
+    space = space_named("kimi-k2.6-8x-rtx-pro-6000-trace")
+    written = space.start_points()
+    assert any(p["nccl_proto"] == "LL" for p in written)
+    without = start_bundles.start_list(space, "without nccl_proto", "nccl_proto")
+    assert without.workload == space.workload
+    points = without.start_points()
+    assert len(points) == len(written)
+    for before, after in zip(written, points, strict=True):
+        assert after["nccl_proto"] is None
+        assert {k: v for k, v in after.items() if k != "nccl_proto"} == {
+            k: v for k, v in before.items() if k != "nccl_proto"
+        }
+    bare = start_bundles.start_list(space, start_bundles.ENGINE_DEFAULTS, "nccl_proto")
+    assert bare.start_points() == [] and bare.workload == space.workload
+    assert defaults(bare, 40), "a space without a list starts from the engine's defaults"
+    assert start_bundles.start_list(space, start_bundles.AS_WRITTEN, "nccl_proto") is space
