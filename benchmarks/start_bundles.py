@@ -41,7 +41,7 @@ from _common import WITHIN_2, load_best, machine, result_name, space_named, writ
 from _tables import format_table
 from space_best import true_value
 
-from studies import Job, _search
+from studies import Job, tuner_study
 from tuner import estimates
 from tuner.space import Space
 from tuner.study import StudyStopped
@@ -74,7 +74,7 @@ def one_study(space_name: str, variant: str, without: str, seed: int, budget: in
     best = load_best(space_name, suite=True)["value"]
     truth: dict[str, float] = {}
     with tempfile.TemporaryDirectory() as tmp:
-        search = _search(Job("tuner", seed, budget, space=space_name), tmp, space=space)
+        search = tuner_study(Job("tuner", seed, budget, space=space_name), tmp, space)
         with contextlib.suppress(StudyStopped):  # the study ends there, as `tuner search` does
             search.run()
         trials = search.study.get_trials(deepcopy=False)

@@ -365,8 +365,10 @@ def _fixed_list(job: Job, tmp: str, configs: Iterable[dict[str, Any]]) -> Search
     return search
 
 
-def _tuner(job: Job, tmp: str) -> Search:
-    return _search(job, tmp, extra_start=json.loads(job.extra_start))
+def tuner_study(job: Job, tmp: str, space: Space | None = None) -> Search:
+    """``tuner search``'s study of ``job``: on its named space, or on ``space``, one built in
+    memory from it (another start list: benchmarks/start_bundles.py)."""
+    return _search(job, tmp, space=space, extra_start=json.loads(job.extra_start))
 
 
 def _worst_constraint(*args: Any) -> tuple[np.ndarray, np.ndarray]:
@@ -433,7 +435,7 @@ def applies(strategy: str, space: Space) -> bool:
 
 
 STRATEGIES: dict[str, Callable[[Job, str], Search]] = {
-    "tuner": _tuner,
+    "tuner": tuner_study,
     "random": lambda job, tmp: _search(
         job, tmp, warm_start=False, confirm=False, sampler=optuna.samplers.RandomSampler(seed=job.seed)
     ),
