@@ -406,6 +406,53 @@ def test_a_cached_study_is_run_again_when_any_module_it_ran_changes(tmp_path: Pa
     assert before["tuner"].startswith(before["peer"]) and before["tuner"] != before["peer"]
 
 
+def test_the_archived_studies_are_served_by_key_and_a_stale_one_is_run_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fresh clone has no cache: the studies behind the README's table come from the
+    tracked archive, but only under the key of the code that ran them; a study archived
+    under another key (code since changed) runs again."""
+    from studies import Job, StudyResult
+
+    monkeypatch.setattr(suite, "CACHE", tmp_path / "cache")
+    served, stale = Job("tuner", 0, 2, space=suite.REFERENCE), Job("tuner", 1, 2, space=suite.REFERENCE)
+    keys = suite.cache_keys([served, stale])
+    archived = {
+        keys[served.key]: StudyResult(served, rec_value=[1.0, 2.0], server_s=[3.0, 4.0]),
+        "another-code": StudyResult(stale, rec_value=[1.0, 2.0], server_s=[3.0, 4.0]),
+    }
+    path = tmp_path / "suite_studies.json.gz"
+    suite.write_archive(archived, path)
+    first = path.read_bytes()
+    suite.write_archive(archived, path)
+    assert path.read_bytes() == first, "the same results must give the same archive bytes"
+
+    got = suite.run_cached([served, stale], 1, fresh=False, archive=suite.read_archive(path))
+    assert got[0].to_json() == archived[keys[served.key]].to_json()
+    assert got[1].job == stale and got[1].rec_value != [1.0, 2.0] and len(got[1].rec_value) == 2
+    assert (tmp_path / "cache" / f"{keys[stale.key]}.json").is_file()
+    assert suite.read_archive(tmp_path / "missing.json.gz") == {}
+
+
+def test_the_tracked_archive_holds_the_studies_of_the_suite_table() -> None:
+    """benchmarks/results/suite_studies.json.gz and suite.json come from the same run: scored
+    again, the archived studies give every row's per-seed shares (what the README's table
+    and the paired comparisons are computed from)."""
+    archive = [suite.StudyResult.from_json(r) for r in suite.read_archive().values()]
+    assert archive, f"{suite.ARCHIVE} is missing: run benchmarks/suite.py --readme"
+    table = json.loads((suite.RESULTS / "suite.json").read_text())
+    names = {peer: name for name, peer in suite.STRATEGIES.items()}
+    for space, entry in table["spaces"].items():
+        for name, row in entry["rows"].items():
+            studies = [r for r in archive if r.job.space == space and names[r.job.strategy] == name]
+            studies = [r for r in studies if r.job.budget == row["budget"]]
+            assert studies, f"{space} {name}: not in the archive; run benchmarks/suite.py --readme"
+            scored = suite.score(sorted(studies, key=lambda r: r.job.seed), entry["best"], row["budget"])
+            assert dict(zip(scored["seed_ids"], scored["shares"], strict=True)) == pytest.approx(
+                dict(zip(row["seed_ids"], row["shares"], strict=True))
+            ), f"{space} {name}: the archive and suite.json disagree; run benchmarks/suite.py --readme"
+
+
 def test_the_start_bundles_benchmark_takes_one_value_out_of_every_start_point() -> None:
     """benchmarks/start_bundles.py: the second start list is the space's own with one
     parameter left at the engine's default in every point and nothing else changed (the
