@@ -444,8 +444,11 @@ def test_the_tracked_archive_holds_the_studies_of_the_suite_table() -> None:
     names = {peer: name for name, peer in suite.STRATEGIES.items()}
     for space, entry in table["spaces"].items():
         for name, row in entry["rows"].items():
-            studies = [r for r in archive if r.job.space == space and names[r.job.strategy] == name]
-            studies = [r for r in studies if r.job.budget == row["budget"]]
+            studies = [
+                r
+                for r in archive
+                if (r.job.space, names[r.job.strategy], r.job.budget) == (space, name, row["budget"])
+            ]
             assert studies, f"{space} {name}: not in the archive; run benchmarks/suite.py --readme"
             scored = suite.score(sorted(studies, key=lambda r: r.job.seed), entry["best"], row["budget"])
             assert dict(zip(scored["seed_ids"], scored["shares"], strict=True)) == pytest.approx(
