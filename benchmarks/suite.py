@@ -721,7 +721,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     todo = jobs(spaces, strategies, args.seeds, args.budget, args.peer_seeds)
     # Once, before any study runs: the code key reads the tuner modules loaded so far.
     keys = cache_keys(todo)
-    results = run_cached(todo, args.jobs, args.fresh, read_archive(), keys)
+    # --fresh serves nothing stored: the archive is not even read then.
+    results = run_cached(todo, args.jobs, args.fresh, None if args.fresh else read_archive(), keys)
     summary = analyse(results, bests, args.budget, args.seeds)
     write_result("suite", summary)
     print(text(summary))
