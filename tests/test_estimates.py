@@ -329,6 +329,23 @@ def test_a_re_measurement_that_disagrees_with_the_leader_asks_a_third_launch_to_
     assert voted.recommended().key == "ep8" and voted.recommended().numbers == (2, 3)
 
 
+def test_a_slow_launch_of_the_leader_is_kept_not_dropped_as_a_glitch():
+    """A goodput at the edge of its latency limit: two launches at 2050, one at 1595. The
+    slow one is what the configuration did on the host, so the leader's estimate counts it
+    and a configuration steady at 1980 is recommended; dropped as a glitch, 2050 would be."""
+    slow = {"outlier": {"expected": 2050.0, "measured": 1595.0, "z": -8.9}}
+    steady = [_trial(0, 8, 1980.0), _trial(1, 8, 1975.0), _trial(2, 8, 1985.0)]
+    trials = [*steady, _trial(3, 4, 2050.0), _trial(4, 4, 1595.0, **slow)]
+    ev = estimates.evidence([*trials, _trial(5, 4, 2050.0, outlier_check=4)])
+    assert ev.outliers == {4: estimates.KEPT}
+    (ep4,) = [e for e in ev.estimates if e.key == "ep4"]
+    assert ep4.numbers == (3, 4, 5) and ep4.mean == pytest.approx((2050 + 1595 + 2050) / 3)
+    assert ev.recommended().key == "ep8"
+    # With two launches, a slow first launch is kept by a faster re-measurement as well.
+    first = [*steady, _trial(3, 4, 1595.0, **slow), _trial(4, 4, 2050.0, outlier_check=3)]
+    assert estimates.evidence(first).outliers == {3: estimates.KEPT}
+
+
 def test_a_launch_far_above_what_the_study_expects_is_an_outlier_when_it_would_lead():
     trials = [_trial(0, 8, 1000.0), _trial(1, 4, 990.0), _trial(2, 1, 700.0), _trial(3, 8, 1010.0)]
     glitch = estimates.outlier(trials, _trial(4, 1, 2100.0))  # 3x its earlier launch

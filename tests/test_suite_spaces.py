@@ -482,3 +482,21 @@ def test_the_start_bundles_benchmark_takes_one_value_out_of_every_start_point() 
     assert bare.start_points() == [] and bare.workload == space.workload
     assert defaults(bare, 40), "a space without a list starts from the engine's defaults"
     assert start_bundles.start_list(space, start_bundles.AS_WRITTEN, "nccl_proto") is space
+
+
+def test_the_noise_share_benchmark_refuses_bad_input_before_running_anything(capsys) -> None:
+    """benchmarks/noise_share.py: a space outside the suite or a negative noise level is a
+    usage error (exit 2) before any study runs; a level's summary counts recommendations
+    and launches within 2% of the best."""
+    import noise_share
+
+    for argv, said in (
+        (["--spaces", "no-such-space"], "not a suite space: no-such-space"),
+        (["--noise", "-0.01"], "0 or more"),
+        (["--noise", "zero"], "not a comma-separated list of numbers"),
+    ):
+        with pytest.raises(SystemExit) as exit_:
+            noise_share.main(argv)
+        assert exit_.value.code == 2 and said in capsys.readouterr().err
+    row = noise_share.summary([0.99, 0.97, 1.0], [1.0, 0.985, 1.0], [4.0, 5.0, 6.0])
+    assert (row["within_2"], row["launched_2"], row["worst_share"], row["server_h"]) == (2, 3, 0.97, 5.0)
